@@ -1,0 +1,50 @@
+"""The aggregator contract: turn this rank's gradients into the update every rank applies.
+
+An aggregator owns its communication (through a :class:`lab.comm.Collective`), which lets
+multi-round schemes (PowerSGD, majority vote, Dist-EF-SGD with a server-side error, Krum) live
+beside the simple "compress, exchange, decompress, average" path.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..comm import Collective
+from ..compress import Compressor
+from ..registry import Registry
+
+REGISTRY = Registry("aggregator")
+register = REGISTRY.register
+
+
+class Aggregator:
+    """``aggregate(grads, step) -> grads``: the estimate of the mean gradient over ranks.
+
+    ``layerwise=False`` (default) flattens all tensors into one vector so a step costs one
+    exchange; ``layerwise=True`` treats each tensor on its own (per-layer scales, per-layer
+    state), which is what layer-wise methods such as TernGrad prescribe.
+    """
+
+    name = "base"
+
+    def __init__(self, comm: Collective, compressor: Compressor | None = None,
+                 layerwise: bool = False):
+        if not isinstance(comm, Collective):
+            raise TypeError(f"comm must be a lab.comm.Collective, got {type(comm).__name__}")
+        self.comm, self.compressor, self.layerwise = comm, compressor, layerwise
+        if compressor is not None:
+            compressor.bind(comm.rank, comm.world_size)
+
+    def aggregate(self, grads: list[torch.Tensor], step: int) -> list[torch.Tensor]:
+        if self.layerwise:
+            return [self.reduce(g, key=i, step=step) for i, g in enumerate(grads)]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        out = self.reduce(flat, key="flat", step=step)
+        return [o.view_as(g) for o, g in zip(out.split([g.numel() for g in grads]), grads)]
+
+    def reduce(self, tensor: torch.Tensor, key, step: int) -> torch.Tensor:
+        """Average one tensor over ranks (to implement)."""
+        raise NotImplementedError
+
+
+def make(name: str, comm: Collective, **kwargs) -> Aggregator:
+    return REGISTRY.make(name, comm=comm, **kwargs)

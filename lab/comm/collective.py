@@ -1,0 +1,209 @@
+"""``Collective``: the only code in ``lab`` that talks to the network.
+
+Every call goes through ``torch.distributed`` and appends a :class:`CommRecord` to the ledger
+with the bytes of the tensors this rank handed over (padding included), the measured time, and
+the modeled time on the emulated network. With a :class:`Network`, a call that finished early
+sleeps until its modeled time has passed.
+
+Without an initialised process group the collective acts as a world of one (useful in tests
+and notebooks); every op then returns its input and records zero bytes.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from .ledger import CommLedger
+from .network import Network
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+        "product": dist.ReduceOp.PRODUCT}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Collective:
+    def __init__(self, group=None, ledger: CommLedger | None = None,
+                 network: Network | str | None = None):
+        self.group = group
+        self.ledger = ledger if ledger is not None else CommLedger()
+        self.network = Network.parse(network)
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank(group) if self.distributed else 0
+        self.world_size = dist.get_world_size(group) if self.distributed else 1
+        self.backend = dist.get_backend(group) if self.distributed else "none"
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _run(self, op: str, tag: str, nbytes: int, fn, model_bytes: int | None = None,
+             sync: torch.Tensor | None = None):
+        start = time.perf_counter()
+        out = fn() if self.world_size > 1 else None
+        if sync is not None and sync.is_cuda:
+            torch.cuda.synchronize(sync.device)
+        modeled = 0.0
+        if self.network is not None and self.world_size > 1:
+            nb = nbytes if model_bytes is None else model_bytes
+            modeled = self.network.time(op, nb, self.world_size)
+            left = modeled - (time.perf_counter() - start)
+            if left > 0:
+                time.sleep(left)
+        seconds = time.perf_counter() - start
+        self.ledger.add(op, tag, nbytes if self.world_size > 1 else 0, seconds, modeled)
+        return out
+
+    def _wire(self, t: torch.Tensor) -> torch.Tensor:
+        """gloo cannot reduce every op on CUDA tensors: stage through host memory."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+        if self.backend == "gloo" and t.is_cuda:
+            return t.cpu()
+        return t.contiguous()
+
+    # -- collectives ----------------------------------------------------------------------
+    def allreduce(self, t: torch.Tensor, op: str = "sum", tag: str = "") -> torch.Tensor:
+        """In-place allreduce of ``t`` (``op`` in sum/max/min/product); returns ``t``."""
+        if op not in _OPS:
+            raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+        w = self._wire(t)
+        self._run("allreduce", tag, _nbytes(w),
+                  lambda: dist.all_reduce(w, _OPS[op], group=self.group), sync=w)
+        if w is not t:
+            t.copy_(w)
+        return t
+
+    def broadcast(self, t: torch.Tensor, src: int = 0, tag: str = "") -> torch.Tensor:
+        self._check_rank(src, "src")
+        w = self._wire(t)
+        self._run("broadcast", tag, _nbytes(w),
+                  lambda: dist.broadcast(w, src, group=self.group), sync=w)
+        if w is not t:
+            t.copy_(w)
+        return t
+
+    def allgather(self, t: torch.Tensor, tag: str = "", same_size: bool = False) -> list[torch.Tensor]:
+        """Gather ``t`` from every rank. Sizes along dim 0 may differ (ragged) unless
+        ``same_size``; ragged gathers first exchange sizes, then pad to the largest."""
+        w = self._wire(t)
+        if self.world_size == 1:
+            self._run("allgather", tag, 0, lambda: None)
+            return [t.clone()]
+        if same_size:
+            outs = [torch.empty_like(w) for _ in range(self.world_size)]
+            self._run("allgather", tag, _nbytes(w),
+                      lambda: dist.all_gather(outs, w, group=self.group), sync=w)
+            return [o.to(t.device) for o in outs]
+        sizes = self._gather_sizes([w.shape[0] if w.dim() else 1], tag)
+        w = w.reshape(-1, *w.shape[1:]) if w.dim() else w.reshape(1)
+        longest = int(sizes.max())
+        pad = torch.zeros((longest - w.shape[0], *w.shape[1:]), dtype=w.dtype, device=w.device)
+        padded = torch.cat([w, pad]) if pad.shape[0] else w
+        outs = [torch.empty_like(padded) for _ in range(self.world_size)]
+        self._run("allgather", tag, _nbytes(padded),
+                  lambda: dist.all_gather(outs, padded, group=self.group), sync=padded)
+        return [o[: int(n)].to(t.device) for o, n in zip(outs, sizes[:, 0])]
+
+    def allgather_payload(self, payload: Sequence[torch.Tensor], tag: str = "") -> list[tuple]:
+        """Allgather a codec payload (a tuple of tensors of any dtypes and sizes) in one data
+        call: the parts are laid end to end as bytes; a small size exchange comes first."""
+        parts = [self._wire(p).reshape(-1) for p in payload]
+        lengths = [_nbytes(p) for p in parts]
+        if self.world_size == 1:
+            self._run("allgather", tag, 0, lambda: None)
+            return [tuple(p.clone() for p in payload)]
+        sizes = self._gather_sizes(lengths, tag)  # (world, parts) in bytes
+        buf = torch.cat([p.view(torch.uint8) for p in parts]) if parts else torch.zeros(0, dtype=torch.uint8)
+        longest = int(sizes.sum(dim=1).max())
+        padded = torch.cat([buf, buf.new_zeros(longest - buf.numel())])
+        outs = [torch.empty_like(padded) for _ in range(self.world_size)]
+        self._run("allgather", tag, _nbytes(padded),
+                  lambda: dist.all_gather(outs, padded, group=self.group), sync=padded)
+        result = []
+        for out, row in zip(outs, sizes.tolist()):
+            pieces, at = [], 0
+            for p, n in zip(parts, row):
+                pieces.append(out[at: at + n].clone().view(p.dtype).to(payload[0].device))
+                at += n
+            result.append(tuple(pieces))
+        return result
+
+    def allreduce_payload(self, payload: Sequence[torch.Tensor], tag: str = "") -> tuple:
+        """Sum an allreduce-compatible payload across ranks, part by part (in place)."""
+        return tuple(self.allreduce(p, "sum", tag) for p in payload)
+
+    def reduce_scatter(self, t: torch.Tensor, tag: str = "") -> torch.Tensor:
+        """Sum ``t`` across ranks and return this rank's chunk (``torch.tensor_split`` into
+        ``world_size`` nearly equal chunks along dim 0)."""
+        chunks = list(torch.tensor_split(self._wire(t), self.world_size))
+        if self.world_size == 1:
+            self._run("reduce_scatter", tag, 0, lambda: None)
+            return chunks[0].clone()
+        longest = max(c.shape[0] for c in chunks)
+        padded = [torch.cat([c, c.new_zeros((longest - c.shape[0], *c.shape[1:]))]) for c in chunks]
+        out = torch.empty_like(padded[0])
+        total = sum(_nbytes(p) for p in padded)
+        if self.backend == "gloo":
+            # gloo has no reduce_scatter: allreduce the padded stack, keep our chunk. The
+            # ledger still records reduce-scatter bytes and the modeled time of one.
+            stack = torch.stack(padded)
+            self._run("reduce_scatter", tag, total,
+                      lambda: dist.all_reduce(stack, group=self.group), sync=stack)
+            out = stack[self.rank]
+        else:
+            self._run("reduce_scatter", tag, total,
+                      lambda: dist.reduce_scatter(out, padded, group=self.group), sync=out)
+        return out[: chunks[self.rank].shape[0]].to(t.device)
+
+    # -- point to point -------------------------------------------------------------------
+    def send(self, t: torch.Tensor, dst: int, tag: str = "") -> None:
+        self._check_rank(dst, "dst")
+        w = self._wire(t)
+        self._run("send", tag, _nbytes(w), lambda: dist.send(w, dst, group=self.group))
+
+    def recv(self, t: torch.Tensor, src: int, tag: str = "") -> torch.Tensor:
+        """Receive into ``t``; records zero bytes sent (the sender's ledger counts them)."""
+        self._check_rank(src, "src")
+        w = self._wire(t)
+        self._run("recv", tag, 0, lambda: dist.recv(w, src, group=self.group),
+                  model_bytes=_nbytes(w))
+        if w is not t:
+            t.copy_(w)
+        return t
+
+    def sendrecv(self, send_t: torch.Tensor, dst: int, recv_t: torch.Tensor, src: int,
+                 tag: str = "") -> torch.Tensor:
+        """Send ``send_t`` to ``dst`` while receiving ``recv_t`` from ``src`` (no deadlock in
+        a ring, where everyone sends and receives at once)."""
+        self._check_rank(dst, "dst")
+        self._check_rank(src, "src")
+        s, r = self._wire(send_t), self._wire(recv_t)
+
+        def go():
+            reqs = [dist.isend(s, dst, group=self.group), dist.irecv(r, src, group=self.group)]
+            for q in reqs:
+                q.wait()
+        self._run("send", tag, _nbytes(s), go)
+        if r is not recv_t:
+            recv_t.copy_(r)
+        return recv_t
+
+    def barrier(self, tag: str = "") -> None:
+        self._run("barrier", tag, 0, lambda: dist.barrier(group=self.group))
+
+    # -- helpers --------------------------------------------------------------------------
+    def _gather_sizes(self, lengths: list[int], tag: str) -> torch.Tensor:
+        mine = torch.tensor(lengths, dtype=torch.int64)
+        if self.backend == "nccl":
+            mine = mine.cuda()
+        outs = [torch.empty_like(mine) for _ in range(self.world_size)]
+        self._run("allgather", f"{tag}:sizes", _nbytes(mine),
+                  lambda: dist.all_gather(outs, mine, group=self.group))
+        return torch.stack(outs).cpu()
+
+    def _check_rank(self, r: int, arg: str) -> None:
+        if not isinstance(r, int) or not 0 <= r < self.world_size:
+            raise ValueError(f"{arg} must be a rank in [0, {self.world_size}), got {r!r}")

@@ -1,0 +1,131 @@
+"""Alpha-beta cost models of collectives (Thakur, Rabenseifner, Gropp, IJHPCA 2005).
+
+A message of ``n`` bytes costs ``alpha + n * beta`` (latency in seconds, seconds per byte).
+``p`` ranks. Every formula returns seconds; the book's simulated clocks all come from here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _check(n: float, p: int) -> None:
+    if n < 0:
+        raise ValueError(f"nbytes must be >= 0, got {n}")
+    if p < 1:
+        raise ValueError(f"p (world size) must be >= 1, got {p}")
+
+
+def send(n: float, alpha: float, beta: float) -> float:
+    """Point-to-point message."""
+    _check(n, 1)
+    return alpha + n * beta
+
+
+def allreduce_ring(n: float, p: int, alpha: float, beta: float) -> float:
+    """Ring allreduce (reduce-scatter + allgather): ``2(p-1) a + 2(p-1)/p n b``."""
+    _check(n, p)
+    return 0.0 if p == 1 else 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
+
+
+def allreduce_tree(n: float, p: int, alpha: float, beta: float) -> float:
+    """Recursive doubling: ``ceil(log2 p) (a + n b)``; wins for small messages."""
+    _check(n, p)
+    return math.ceil(math.log2(p)) * (alpha + n * beta)
+
+
+def allgather_ring(m: float, p: int, alpha: float, beta: float) -> float:
+    """Ring allgather of ``m`` bytes per rank: ``(p-1) a + (p-1) m b``."""
+    _check(m, p)
+    return (p - 1) * (alpha + m * beta)
+
+
+def reduce_scatter_ring(n: float, p: int, alpha: float, beta: float) -> float:
+    """Ring reduce-scatter of ``n`` bytes: ``(p-1) a + (p-1)/p n b``."""
+    _check(n, p)
+    return (p - 1) * alpha + (p - 1) / p * n * beta
+
+
+def broadcast_tree(n: float, p: int, alpha: float, beta: float) -> float:
+    """Binomial-tree broadcast: ``ceil(log2 p) (a + n b)``."""
+    _check(n, p)
+    return math.ceil(math.log2(p)) * (alpha + n * beta)
+
+
+def ps_push_pull(n: float, p: int, alpha: float, beta: float, servers: int = 1,
+                 colocated: bool = False) -> float:
+    """Parameter server: p workers push ``n`` bytes of gradient and pull ``n`` of parameters.
+
+    The model is sharded over ``servers``; each server link carries ``p n / servers`` bytes
+    each way (Li et al., OSDI 2014). With servers colocated on the workers, a worker's own
+    shard never crosses the network, so only ``(p-1)`` workers' traffic counts.
+    """
+    _check(n, p)
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    senders = p - 1 if colocated else p
+    return 2 * (alpha + senders * n / servers * beta)
+
+
+def allreduce(n: float, p: int, alpha: float, beta: float, algorithm: str = "ring") -> float:
+    if algorithm not in ("ring", "tree"):
+        raise ValueError(f"algorithm must be 'ring' or 'tree', got {algorithm!r}")
+    return (allreduce_ring if algorithm == "ring" else allreduce_tree)(n, p, alpha, beta)
+
+
+def op_time(op: str, n: float, p: int, alpha: float, beta: float, algorithm: str = "ring") -> float:
+    """Modeled time of a ``lab.comm`` operation on ``n`` bytes per rank."""
+    if op == "allreduce":
+        return allreduce(n, p, alpha, beta, algorithm)
+    if op == "allgather":
+        return allgather_ring(n, p, alpha, beta)
+    if op == "reduce_scatter":
+        return reduce_scatter_ring(n, p, alpha, beta)
+    if op == "broadcast":
+        return broadcast_tree(n, p, alpha, beta)
+    if op in ("send", "recv"):
+        return send(n, alpha, beta)
+    if op == "barrier":
+        return allreduce_tree(0, p, alpha, beta)
+    raise ValueError(f"no cost model for op {op!r}")
+
+
+# The features of each op in (alpha, beta) so a single least-squares fit covers a mixed sweep.
+def _features(op: str, n: float, p: int, algorithm: str = "ring") -> tuple[float, float]:
+    return op_time(op, n, p, 1.0, 0.0, algorithm), op_time(op, n, p, 0.0, 1.0, algorithm)
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    alpha: float  # seconds per message
+    beta: float   # seconds per byte
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second."""
+        return math.inf if self.beta == 0 else 1.0 / self.beta
+
+    def time(self, op: str, n: float, p: int, algorithm: str = "ring") -> float:
+        return op_time(op, n, p, self.alpha, self.beta, algorithm)
+
+    @classmethod
+    def fit(cls, samples, algorithm: str = "ring") -> "AlphaBeta":
+        """Least squares over ``(op, nbytes, p, seconds)`` samples; alpha, beta >= 0.
+
+        Relative errors are minimised (each row divided by its time), so the small messages
+        that fix alpha weigh as much as the big ones that fix beta.
+        """
+        rows, ts = [], []
+        for op, n, p, t in samples:
+            rows.append(_features(op, n, p, algorithm))
+            ts.append(t)
+        A, t = np.asarray(rows, float), np.asarray(ts, float)
+        if len(t) < 2:
+            raise ValueError("fit needs at least two samples")
+        w = 1.0 / np.maximum(t, 1e-9)
+        (a, b), *_ = np.linalg.lstsq(A * w[:, None], t * w, rcond=None)
+        if a < 0 or b < 0:  # fall back to a non-negative fit along one axis
+            a, b = max(a, 0.0), max(b, 0.0)
+        return cls(float(a), float(b))

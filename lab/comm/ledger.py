@@ -1,0 +1,71 @@
+"""The communication ledger: one record per collective call, bytes counted from real tensors."""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class CommRecord:
+    op: str            # "allreduce", "allgather", "broadcast", "send", ...
+    tag: str           # what the caller says it is ("grad", "indices", ...)
+    bytes: int         # bytes this rank handed to torch.distributed in this call
+    seconds: float     # measured wall time, including any emulated network delay
+    modeled: float     # alpha-beta time of the call on the configured network (0 if none)
+    step: int = -1     # training step the call belongs to, when the caller sets one
+
+
+@dataclass
+class CommLedger:
+    records: list[CommRecord] = field(default_factory=list)
+    step: int = -1
+
+    def add(self, op: str, tag: str, nbytes: int, seconds: float, modeled: float = 0.0) -> None:
+        self.records.append(CommRecord(op, tag, int(nbytes), seconds, modeled, self.step))
+
+    def total_bytes(self, op: str | None = None, tag: str | None = None) -> int:
+        return sum(r.bytes for r in self._select(op, tag))
+
+    def total_seconds(self, op: str | None = None, tag: str | None = None) -> float:
+        return sum(r.seconds for r in self._select(op, tag))
+
+    def total_modeled(self, op: str | None = None, tag: str | None = None) -> float:
+        return sum(r.modeled for r in self._select(op, tag))
+
+    def by_op(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for r in self.records:
+            out[r.op] += r.bytes
+        return dict(out)
+
+    def mark(self) -> int:
+        """A position to measure from: ``ledger.since(mark)`` gives later records."""
+        return len(self.records)
+
+    def since(self, mark: int) -> list[CommRecord]:
+        return self.records[mark:]
+
+    def clear(self) -> None:
+        self.records.clear()
+
+    def to_dicts(self) -> list[dict]:
+        return [asdict(r) for r in self.records]
+
+    def _select(self, op, tag):
+        return [r for r in self.records if (op is None or r.op == op) and (tag is None or r.tag == tag)]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...; sw.seconds``"""
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+        return False

@@ -1,0 +1,16 @@
+"""Codecs: communication-free, single-round compressors (see :mod:`lab.compress.base`).
+
+Every module in this package is imported here so its ``@register`` lines run; adding a codec
+is adding a file.
+"""
+import importlib
+import pkgutil
+
+from .base import REGISTRY, Compressor, Payload, check_finite, make, names, register, wire_bytes
+from .error_feedback import ErrorFeedback
+
+for _m in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_m.name}")
+
+__all__ = ["REGISTRY", "Compressor", "ErrorFeedback", "Payload", "check_finite", "make", "names",
+           "register", "wire_bytes"]

@@ -1,0 +1,97 @@
+"""The compressor contract shared by every codec in :mod:`lab.compress`.
+
+A codec turns a tensor into a *payload*, the tuple of tensors that crosses the wire, already
+packed, plus a *ctx* that never leaves the rank (shape, dtype, indices a peer already knows...).
+
+``allreduce_compatible`` declares that payloads of different ranks may be summed element-wise
+by an allreduce and that decompressing the sum gives the sum of the decompressed tensors
+(fp16 casts, Random-k with a shared seed, count sketches). Codecs without it travel by
+allgather or through a server, and then any rank must be able to decode any other rank's
+payload of the same tensor with its own ctx: such a ctx may hold only what all ranks share
+(shape, dtype, a shared seed), so the payload must carry everything else (values *and* indices).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..registry import Registry
+
+Payload = tuple  # tuple[torch.Tensor, ...]: exactly what crosses the wire
+
+REGISTRY = Registry("compressor")
+register = REGISTRY.register
+
+
+def wire_bytes(payload: Sequence[torch.Tensor]) -> int:
+    """Bytes a payload occupies on the wire (sum over its tensors)."""
+    return sum(t.numel() * t.element_size() for t in payload)
+
+
+def check_finite(tensor: torch.Tensor, who: str) -> None:
+    """Refuse NaN/Inf: a codec must never silently turn them into signs or zeros."""
+    if tensor.is_floating_point() and tensor.numel() and not torch.isfinite(tensor).all():
+        raise FloatingPointError(f"{who}: input tensor contains NaN or Inf; refusing to compress")
+
+
+class Compressor:
+    """Base class: subclasses implement :meth:`encode` and :meth:`decompress`.
+
+    :meth:`compress` validates the input (floating point, finite), makes it contiguous and 1-D,
+    and calls :meth:`encode`. ``key`` names the tensor for codecs that keep per-tensor state
+    (residuals, warm starts). Randomness comes from ``self.generator``: private per rank unless
+    ``shared_randomness`` is set, in which case all ranks draw the same numbers.
+    """
+
+    name = "base"
+    allreduce_compatible = False
+    shared_randomness = False
+    stateful = False
+
+    def __init__(self, seed: int = 0):
+        if not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        self.seed = seed
+        self.bind(rank=0, world_size=1)
+
+    def bind(self, rank: int, world_size: int) -> "Compressor":
+        """Tell the codec which rank it runs on; reseeds its generator accordingly."""
+        self.rank, self.world_size = rank, world_size
+        offset = 0 if self.shared_randomness else 1_000_003 * rank
+        self.generator = torch.Generator().manual_seed(self.seed + offset)
+        return self
+
+    def compress(self, tensor: torch.Tensor, key: Any = None) -> tuple[Payload, Any]:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{self.name}: tensor must be a torch.Tensor, got {type(tensor).__name__}")
+        if not tensor.is_floating_point():
+            raise TypeError(f"{self.name}: tensor must be floating point, got dtype {tensor.dtype}")
+        check_finite(tensor, self.name)
+        flat = tensor.detach().reshape(-1).contiguous()
+        payload, ctx = self.encode(flat, key)
+        return tuple(payload), (tensor.shape, tensor.dtype, ctx)
+
+    def decompress(self, payload: Payload, ctx: Any) -> torch.Tensor:
+        shape, dtype, inner = ctx
+        return self.decode(tuple(payload), inner, shape.numel(), dtype).reshape(shape)
+
+    # -- to implement ---------------------------------------------------------------------
+    def encode(self, flat: torch.Tensor, key: Any) -> tuple[Payload, Any]:
+        raise NotImplementedError
+
+    def decode(self, payload: Payload, ctx: Any, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """Return a 1-D tensor of ``numel`` elements in ``dtype``."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def make(name: str, **kwargs) -> Compressor:
+    """Build a registered codec by name (``make("fp16")``, ``make("topk", density=0.01)``)."""
+    return REGISTRY.make(name, **kwargs)
+
+
+def names() -> list[str]:
+    return REGISTRY.names()

@@ -1,0 +1,43 @@
+"""A tiny name -> factory registry, so configs and the CLI can name things by string."""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable
+
+
+class Registry:
+    """Maps names to factories: ``@REG.register("name")`` then ``REG.make("name", **kw)``."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._factories: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str) -> Callable:
+        def deco(factory):
+            if name in self._factories:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._factories[name] = factory
+            return factory
+        return deco
+
+    def check(self, name: str, argument: str | None = None) -> None:
+        """Raise a ValueError naming ``argument`` if ``name`` is unknown."""
+        if name not in self._factories:
+            close = difflib.get_close_matches(str(name), self._factories, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            arg = f"{argument}=" if argument else ""
+            raise ValueError(f"unknown {self.kind} {arg}{name!r}{hint} "
+                             f"(known: {', '.join(self.names())})")
+
+    def get(self, name: str) -> Callable[..., Any]:
+        self.check(name)
+        return self._factories[name]
+
+    def make(self, name: str, **kwargs) -> Any:
+        return self.get(name)(**kwargs)
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._factories

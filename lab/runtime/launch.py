@@ -1,0 +1,187 @@
+"""``launch(fn, world_size)``: run ``fn(ctx, *args)`` in N real processes, results back.
+
+Each rank is a fresh ``spawn``-ed interpreter (``fork`` deadlocks once torch has started
+threads) joined into a ``torch.distributed`` group through a TCPStore that the caller hosts on
+a free port, so back-to-back launches never race for a port. ``fn`` and its arguments travel
+by value with cloudpickle, so functions defined in a notebook work. Results come back pickled
+to bytes (tensors never travel through multiprocessing queues), and the caller drains the
+queue while it waits, so big results cannot deadlock.
+
+If any rank raises, dies (even by SIGKILL) or outlives ``timeout``, every rank is ended and
+one :class:`LaunchError` names the rank and carries its traceback. Ranks also die with the
+caller (PR_SET_PDEATHSIG), so no orphans are left behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import queue as queue_mod
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ..comm import Collective, Network
+from .context import RankContext, pick_backend, rank_device
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class LaunchError(RuntimeError):
+    """A rank failed: ``rank`` says which, ``remote_traceback`` what happened there."""
+
+    def __init__(self, rank: int | None, message: str, remote_traceback: str = ""):
+        self.rank, self.remote_traceback = rank, remote_traceback
+        super().__init__(message + (f"\n\n--- traceback from rank {rank} ---\n{remote_traceback}"
+                                    if remote_traceback else ""))
+
+
+def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto",
+           device: str = "auto", timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
+           network: Network | str | None = None, progress: bool = True, **kwargs) -> list:
+    """Run ``fn(ctx, *args, **kwargs)`` on ``world_size`` ranks; return results by rank."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    network = Network.parse(network)
+    backend, kind = pick_backend(world_size, backend, device)
+    try:
+        blob = cloudpickle.dumps((fn, args, kwargs))
+    except Exception as e:  # a lock, an open file, a generator...
+        raise TypeError(f"fn or its arguments cannot be sent to worker processes ({e}). Pass "
+                        "plain data, and build unpicklable objects inside fn.") from e
+
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout),
+                          wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    results_q = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, daemon=True, name=f"lab-rank-{r}",
+                         args=(r, world_size, store.port, blob, results_q, backend, kind,
+                               threads, timeout, network))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    try:
+        return _collect(procs, results_q, world_size, timeout, progress)
+    finally:
+        _end_all(procs)
+        results_q.close()
+        del store
+
+
+def _collect(procs, q, world_size, timeout, progress) -> list:
+    results: dict[int, Any] = {}
+    errors: list[tuple[float, int, str]] = []
+    deaths: dict[int, int] = {}
+    bar = None
+    deadline = time.monotonic() + timeout
+    first_failure = None
+    try:
+        while len(results) < world_size:
+            try:
+                msg = q.get(timeout=0.05)
+            except queue_mod.Empty:
+                msg = None
+            if msg is not None:
+                kind, rank = msg[0], msg[1]
+                if kind == "ok":
+                    results[rank] = cloudpickle.loads(msg[3])
+                elif kind == "error":
+                    errors.append((msg[2], rank, msg[3]))
+                elif kind == "log":
+                    print(f"[rank {rank}] {msg[2]}", flush=True)
+                elif kind == "progress" and progress:
+                    bar = _advance(bar, *msg[2:])
+                continue  # drain everything queued before judging liveness
+            for r, p in enumerate(procs):
+                if r not in results and r not in deaths and not p.is_alive():
+                    deaths[r] = p.exitcode
+            if (errors or deaths) and first_failure is None:
+                first_failure = time.monotonic()
+            # After a failure, wait briefly for the failing rank's traceback to arrive.
+            if first_failure is not None and (errors or time.monotonic() - first_failure > 1.0):
+                break
+            if time.monotonic() > deadline:
+                pending = [r for r in range(world_size) if r not in results]
+                raise LaunchError(pending[0], f"timeout: rank(s) {pending} of {world_size} did "
+                                  f"not finish within {timeout:g} s (a hang, a deadlock, or a "
+                                  f"mismatched collective); all ranks were ended")
+    finally:
+        if bar is not None:
+            bar.close()
+    if errors:
+        _, rank, tb = min(errors)  # the earliest failure is the cause, the rest are echoes
+        last = tb.strip().splitlines()[-1] if tb.strip() else "error"
+        raise LaunchError(rank, f"rank {rank} of {world_size} failed: {last}", tb)
+    if deaths:
+        rank, code = min(deaths.items())
+        how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with code {code} without returning a result")
+        raise LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended")
+    return [results[r] for r in range(world_size)]
+
+
+def _advance(bar, done, total, desc):
+    if bar is None:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc=desc or "steps", leave=False)
+    bar.total = total
+    bar.update(done - bar.n)
+    return bar
+
+
+def _end_all(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 2.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the launching process dies, so no rank is orphaned."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout, network):
+    _die_with_parent()
+    torch.set_num_threads(threads)
+    code = 0
+    try:
+        fn, args, kwargs = cloudpickle.loads(blob)
+        store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=timeout))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout))
+        ctx = RankContext(rank, world_size, rank_device(rank, kind), backend,
+                          Collective(network=network), _queue=q)
+        result = fn(ctx, *args, **kwargs)
+        q.put(("ok", rank, time.time(), cloudpickle.dumps(result)))
+    except BaseException:
+        q.put(("error", rank, time.time(), traceback.format_exc()))
+        code = 1
+    finally:
+        q.close()
+        q.join_thread()  # make sure the message is out before we go
+    if code == 0 and dist.is_initialized():
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(code)  # skip interpreter teardown: a dead peer cannot hang us there
