@@ -158,6 +158,29 @@ class Collective:
                       lambda: dist.reduce_scatter(out, padded, group=self.group), sync=out)
         return out[: chunks[self.rank].shape[0]].to(t.device)
 
+    def alltoall(self, chunks: Sequence[torch.Tensor], tag: str = "") -> list[torch.Tensor]:
+        """Send ``chunks[j]`` (1-D, any lengths, one dtype) to rank ``j``; return the chunks
+        received, by source rank. Lengths are exchanged first, so they may differ."""
+        if len(chunks) != self.world_size:
+            raise ValueError(f"chunks must have one tensor per rank ({self.world_size}), got {len(chunks)}")
+        send = [self._wire(c).reshape(-1) for c in chunks]
+        if self.world_size == 1:
+            self._run("alltoall", tag, 0, lambda: None)
+            return [send[0].clone()]
+        lens = torch.tensor([c.numel() for c in send], dtype=torch.int64)
+        got = torch.empty_like(lens)
+        if self.backend == "nccl":
+            lens, got = lens.cuda(), got.cuda()
+        self._run("alltoall", f"{tag}:sizes", _nbytes(lens),
+                  lambda: dist.all_to_all_single(got, lens, group=self.group))
+        in_sizes, out_sizes = lens.tolist(), got.tolist()
+        flat_in = torch.cat(send)
+        flat_out = flat_in.new_empty(sum(out_sizes))
+        self._run("alltoall", tag, _nbytes(flat_in),
+                  lambda: dist.all_to_all_single(flat_out, flat_in, out_sizes, in_sizes,
+                                                 group=self.group), sync=flat_in)
+        return [o.to(chunks[0].device) for o in flat_out.split(out_sizes)]
+
     # -- point to point -------------------------------------------------------------------
     def send(self, t: torch.Tensor, dst: int, tag: str = "") -> None:
         self._check_rank(dst, "dst")

@@ -48,6 +48,13 @@ def reduce_scatter_ring(n: float, p: int, alpha: float, beta: float) -> float:
     return (p - 1) * alpha + (p - 1) / p * n * beta
 
 
+def alltoall_pairwise(n: float, p: int, alpha: float, beta: float) -> float:
+    """Pairwise all-to-all, ``n`` bytes handed in total (``n/p`` to each peer):
+    ``(p-1) a + (p-1)/p n b``."""
+    _check(n, p)
+    return (p - 1) * alpha + (p - 1) / p * n * beta
+
+
 def broadcast_tree(n: float, p: int, alpha: float, beta: float) -> float:
     """Binomial-tree broadcast: ``ceil(log2 p) (a + n b)``."""
     _check(n, p)
@@ -83,6 +90,8 @@ def op_time(op: str, n: float, p: int, alpha: float, beta: float, algorithm: str
         return allgather_ring(n, p, alpha, beta)
     if op == "reduce_scatter":
         return reduce_scatter_ring(n, p, alpha, beta)
+    if op == "alltoall":
+        return alltoall_pairwise(n, p, alpha, beta)
     if op == "broadcast":
         return broadcast_tree(n, p, alpha, beta)
     if op in ("send", "recv"):
