@@ -1,9 +1,9 @@
 """Communication: the collective wrapper, its byte ledger, alpha-beta costs, emulated links."""
-from . import cost
+from . import algorithms, cost
 from .collective import Collective
 from .cost import AlphaBeta
 from .ledger import CommLedger, CommRecord, Stopwatch
 from .network import PRESETS, Network
 
-__all__ = ["AlphaBeta", "Collective", "CommLedger", "CommRecord", "Network", "PRESETS",
+__all__ = ["AlphaBeta", "algorithms", "Collective", "CommLedger", "CommRecord", "Network", "PRESETS",
            "Stopwatch", "cost"]

@@ -1,8 +1,9 @@
 """``launch(fn, world_size)``: run ``fn(ctx, *args)`` in N real processes, results back.
 
-Each rank is a fresh ``spawn``-ed interpreter (``fork`` deadlocks once torch has started
-threads) joined into a ``torch.distributed`` group through a TCPStore that the caller hosts on
-a free port, so back-to-back launches never race for a port. ``fn`` and its arguments travel
+Ranks are forked from a clean forkserver that imported torch once (a plain ``fork`` of a
+kernel that ran torch can deadlock; ``spawn`` pays seconds per rank to import torch again) and
+join a ``torch.distributed`` group through a TCPStore that the caller hosts on a port the OS
+picks, so back-to-back launches never race for a port. ``fn`` and its arguments travel
 by value with cloudpickle, so functions defined in a notebook work. Results come back pickled
 to bytes (tensors never travel through multiprocessing queues), and the caller drains the
 queue while it waits, so big results cannot deadlock.
@@ -45,7 +46,8 @@ class LaunchError(RuntimeError):
 
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto",
            device: str = "auto", timeout: float = DEFAULT_TIMEOUT, threads: int = 1,
-           network: Network | str | None = None, progress: bool = True, **kwargs) -> list:
+           network: Network | str | None = None, progress: bool = True,
+           start_method: str = "forkserver", **kwargs) -> list:
     """Run ``fn(ctx, *args, **kwargs)`` on ``world_size`` ranks; return results by rank."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -65,7 +67,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
 
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout),
                           wait_for_workers=False)
-    ctx = mp.get_context("spawn")
+    ctx = _context(start_method)
     results_q = ctx.Queue()
     procs = [ctx.Process(target=_rank_main, daemon=True, name=f"lab-rank-{r}",
                          args=(r, world_size, store.port, blob, results_q, backend, kind,
@@ -79,6 +81,20 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
         _end_all(procs)
         results_q.close()
         del store
+
+
+def _context(method: str):
+    """``forkserver`` (default): a clean server process imports torch once, and each rank is
+    forked from it in milliseconds; it never ran a torch kernel, so the fork-after-threads
+    deadlock cannot happen. ``spawn``: a fresh interpreter per rank (seconds each)."""
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {method!r}")
+    if method == "forkserver" and "forkserver" not in mp.get_all_start_methods():
+        method = "spawn"
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle"])
+    return ctx
 
 
 def _collect(procs, q, world_size, timeout, progress) -> list:
@@ -100,6 +116,7 @@ def _collect(procs, q, world_size, timeout, progress) -> list:
                     results[rank] = cloudpickle.loads(msg[3])
                 elif kind == "error":
                     errors.append((msg[2], rank, msg[3]))
+                    deaths.pop(rank, None)  # it told us why: not a silent death
                 elif kind == "log":
                     print(f"[rank {rank}] {msg[2]}", flush=True)
                 elif kind == "progress" and progress:
@@ -110,9 +127,12 @@ def _collect(procs, q, world_size, timeout, progress) -> list:
                     deaths[r] = p.exitcode
             if (errors or deaths) and first_failure is None:
                 first_failure = time.monotonic()
-            # After a failure, wait briefly for the failing rank's traceback to arrive.
-            if first_failure is not None and (errors or time.monotonic() - first_failure > 1.0):
-                break
+            # After a failure, give the other ranks a moment to report, so the cause can be
+            # told apart from its echoes (peers that lost their connection to it).
+            if first_failure is not None:
+                told = {r for _, r, _ in errors} | set(deaths) | set(results)
+                if len(told) == world_size or time.monotonic() - first_failure > 1.0:
+                    break
             if time.monotonic() > deadline:
                 pending = [r for r in range(world_size) if r not in results]
                 raise LaunchError(pending[0], f"timeout: rank(s) {pending} of {world_size} did "
@@ -121,19 +141,41 @@ def _collect(procs, q, world_size, timeout, progress) -> list:
     finally:
         if bar is not None:
             bar.close()
-    if errors:
-        _, rank, tb = min(errors)  # the earliest failure is the cause, the rest are echoes
-        last = tb.strip().splitlines()[-1] if tb.strip() else "error"
-        raise LaunchError(rank, f"rank {rank} of {world_size} failed: {last}", tb)
+    causes = [e for e in errors if not _is_echo(e[2])]
+    if causes:
+        _, rank, tb = min(causes)  # the earliest real exception is the cause
+        return _raise(rank, world_size, tb)
     if deaths:
-        rank, code = min(deaths.items())
+        # a signal is a cause; an exit code is more likely an echo
+        rank, code = min(deaths.items(), key=lambda rc: (not (rc[1] or 0) < 0, rc[0]))
         how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with code {code} without returning a result")
         raise LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended")
+    if errors:
+        _, rank, tb = min(errors)
+        return _raise(rank, world_size, tb)
     return [results[r] for r in range(world_size)]
 
 
+_ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+           "remote process exited", "NCCL communicator was aborted")
+
+
+def _is_echo(tb: str) -> bool:
+    """A peer-loss error: the symptom of another rank's failure, not a cause."""
+    last = tb.strip().splitlines()[-1] if tb.strip() else ""
+    return any(m in last for m in _ECHOES)
+
+
+def _raise(rank: int, world_size: int, tb: str):
+    last = tb.strip().splitlines()[-1] if tb.strip() else "error"
+    raise LaunchError(rank, f"rank {rank} of {world_size} failed: {last}", tb)
+
+
 def _advance(bar, done, total, desc):
+    if bar is not None and desc and bar.desc != desc:
+        bar.close()
+        bar = None
     if bar is None:
         from tqdm.auto import tqdm
         bar = tqdm(total=total, desc=desc or "steps", leave=False)

@@ -1,0 +1,109 @@
+"""Deep Gradient Compression (DGC), each of its tricks switchable for an ablation.
+
+Lin, Han, Mao, Wang, Dally, "Deep Gradient Compression: Reducing the Communication Bandwidth
+for Distributed Training", ICLR 2018, Algorithm 1 and Sec. 3. Per tensor (``key``), with
+velocity u and accumulation v starting at zero:
+
+- local gradient clipping (Sec. 3.2): clip this rank's gradient to norm ``clip_norm * N^-1/2``
+  (N = world size) before accumulating, so the N summed gradients respect ``clip_norm``;
+- momentum correction (Sec. 3.2): u <- m u + g;  v <- v + u  (without it: v <- v + g);
+- sparsification (Sec. 3.1): send the top ``density`` of |v| (exact, or the sampled threshold of
+  Sec. 5, see :mod:`lab.compress.topk_sampled`), then clear v where sent;
+- momentum factor masking (Sec. 3.3): also clear u where sent, so stale momentum does not keep
+  pushing coordinates that were just applied;
+- warm-up (Sec. 3.3): density 25%, 6.25%, 1.5625%, 0.390625% for ``warmup_steps`` steps each
+  (sparsity 75%, 93.75%, 98.4375%, 99.6%: the paper warms up per epoch), then ``density``
+  (99.9% sparsity by default).
+
+Because DGC owns the momentum when ``momentum_correction`` is on, the optimizer must then run
+*without* momentum (plain SGD on the aggregated values), or momentum is applied twice.
+The step used by the warm-up is the codec's own per-key call count, unless the caller sets it
+with :meth:`set_step`. Payload ``(values, int32 indices)``, ctx ``None`` (allgather path).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import register
+from .topk import SparseCodec, check_density, resolve_k, sparse_payload, topk_indices
+from .topk_sampled import sampled_topk_indices
+
+
+@register("dgc")
+class DGC(SparseCodec):
+    name = "dgc"
+    stateful = True
+
+    def __init__(self, density: float = 0.001, momentum: float = 0.9,
+                 momentum_correction: bool = True, clipping: bool = False,
+                 clip_norm: float = 1.0, masking: bool = True, warmup: bool = True,
+                 warmup_steps: int = 100, warmup_stages: int = 4, sampled: bool = True,
+                 sample: float = 0.01, seed: int = 0):
+        check_density(density, None)
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        if not clip_norm > 0:
+            raise ValueError(f"clip_norm must be > 0, got {clip_norm!r}")
+        for arg, val in (("warmup_steps", warmup_steps), ("warmup_stages", warmup_stages)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+                raise ValueError(f"{arg} must be a non-negative int, got {val!r}")
+        if not 0 < sample <= 1:
+            raise ValueError(f"sample must be in (0, 1], got {sample!r}")
+        self.density, self.momentum, self.clip_norm = density, momentum, clip_norm
+        self.momentum_correction, self.clipping, self.masking = momentum_correction, clipping, masking
+        self.warmup, self.warmup_steps, self.warmup_stages = warmup, warmup_steps, warmup_stages
+        self.sampled, self.sample = sampled, sample
+        self.velocity: dict = {}      # u, per key
+        self.accumulated: dict = {}   # v, per key
+        self._calls: dict = {}
+        self._step: int | None = None
+        super().__init__(seed=seed)
+
+    def set_step(self, step: int) -> None:
+        """Pin the step the warm-up schedule reads (else: this key's number of calls)."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be a non-negative int, got {step!r}")
+        self._step = step
+
+    def density_at(self, step: int) -> float:
+        """Warm-up schedule: 4^-(s+1) in stage s < warmup_stages, then ``density``."""
+        if self.warmup and self.warmup_steps > 0:
+            stage = step // self.warmup_steps
+            if stage < self.warmup_stages:
+                return max(self.density, 0.25 ** (stage + 1))
+        return self.density
+
+    def encode(self, flat, key):
+        step = self._step if self._step is not None else self._calls.get(key, 0)
+        self._calls[key] = self._calls.get(key, 0) + 1
+        g = flat
+        if self.clipping and flat.numel():
+            limit = self.clip_norm / math.sqrt(self.world_size)
+            norm = float(torch.linalg.vector_norm(g.float()))
+            if norm > limit:
+                g = g * (limit / norm)
+        u, v = self.velocity.get(key), self.accumulated.get(key)
+        if u is None or u.shape != flat.shape:
+            u, v = torch.zeros_like(flat), torch.zeros_like(flat)
+        if self.momentum_correction:
+            u = self.momentum * u + g
+            v = v + u
+        else:
+            v = v + g
+        k = resolve_k(flat.numel(), self.density_at(step))
+        mag = v.abs()
+        idx = sampled_topk_indices(mag, k, self.generator, self.sample) if self.sampled \
+            else topk_indices(mag, k)
+        payload = sparse_payload(v, idx)
+        v[idx] = 0          # v is a fresh tensor (v + ...), so this never touches the input
+        if self.masking and self.momentum_correction:
+            u[idx] = 0
+        self.velocity[key], self.accumulated[key] = u, v
+        return payload, None
+
+    def __repr__(self):
+        on = [t for t in ("momentum_correction", "clipping", "masking", "warmup", "sampled")
+              if getattr(self, t)]
+        return f"DGC(density={self.density}, {'+'.join(on) or 'plain'})"

@@ -1,0 +1,64 @@
+"""Gradient dropping: drop the R% smallest entries by magnitude, keep them locally.
+
+Aji & Heafield, "Sparse Communication for Distributed Gradient Descent", EMNLP 2017,
+Sec. 3 and Algorithm 1: add the locally accumulated residual to the gradient, find the
+threshold below which R% of the absolute values lie (R = 99% in the paper), send the entries
+at or above it, and keep the dropped ones as the new residual. The threshold comes from a
+sample (0.1% of the entries in the paper) instead of a full sort, so the number sent is
+about (1 - R) n, not exactly: the payload is ragged.
+
+``"drop"`` is the bare selection (biased, no memory); ``"gradient_dropping"`` is the method
+as published, ``ErrorFeedback(Drop(...))``. The paper's optional extra step of quantizing the
+kept values (1-bit with per-sign means) is not done here: the 1-bit codecs cover it.
+Payload ``(values, int32 indices)`` as :class:`~lab.compress.topk.TopK`.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import register
+from .error_feedback import ErrorFeedback
+from .topk import SparseCodec, sparse_payload
+from .topk_sampled import sampled_threshold
+
+
+@register("drop")
+class Drop(SparseCodec):
+    """Send ``|x| >= thr`` where ``thr`` leaves ``drop_ratio`` of a ``sample`` below it."""
+
+    name = "drop"
+
+    def __init__(self, drop_ratio: float = 0.99, sample: float = 0.001, min_sample: int = 1000,
+                 seed: int = 0):
+        if isinstance(drop_ratio, bool) or not isinstance(drop_ratio, (int, float)) \
+                or not 0 < drop_ratio < 1:
+            raise ValueError(f"drop_ratio must be in (0, 1), got {drop_ratio!r}")
+        if not 0 < sample <= 1:
+            raise ValueError(f"sample must be in (0, 1], got {sample!r}")
+        if not (isinstance(min_sample, int) and min_sample >= 1):
+            raise ValueError(f"min_sample must be a positive int, got {min_sample!r}")
+        self.drop_ratio, self.sample, self.min_sample = float(drop_ratio), sample, min_sample
+        super().__init__(seed=seed)
+
+    def encode(self, flat, key):
+        mag = flat.abs()
+        if flat.numel() == 0:
+            idx = torch.empty(0, dtype=torch.int64)
+        else:
+            thr = sampled_threshold(mag, 1.0 - self.drop_ratio, self.sample, self.generator,
+                                    self.min_sample)
+            # an all-zero tensor gives thr = 0: send nothing rather than n zeros
+            idx = torch.where((mag >= thr) & (mag > 0))[0]
+        return sparse_payload(flat, idx), None
+
+    def __repr__(self):
+        return f"Drop(drop_ratio={self.drop_ratio}, sample={self.sample})"
+
+
+@register("gradient_dropping")
+def gradient_dropping(drop_ratio: float = 0.99, sample: float = 0.001, min_sample: int = 1000,
+                      seed: int = 0) -> ErrorFeedback:
+    """Aji & Heafield (2017) as published: :class:`Drop` plus local residual accumulation."""
+    ef = ErrorFeedback(Drop(drop_ratio, sample, min_sample, seed))
+    ef.name = "gradient_dropping"
+    return ef

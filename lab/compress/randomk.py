@@ -1,0 +1,87 @@
+"""Random-k sparsification: keep k coordinates drawn uniformly without replacement.
+
+Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory", NeurIPS 2018 (Definition 2.1, rand_k).
+Unscaled (the default, as in that paper) it is a contraction meant for error feedback; with
+``scale=True`` the kept values are multiplied by n/k, which makes it unbiased:
+E[C(x)] = x, with variance (n/k - 1) ||x||^2.
+
+Two registrations:
+
+- ``"randomk"``: private seed per rank; the payload carries (values, int32 indices) and
+  travels by allgather.
+- ``"randomk_shared"``: every rank draws from the same seed, so the indices coincide; the
+  payload is the values only (k floats), the indices stay in the rank-local ctx, and an
+  allreduce sums the payloads (``allreduce_compatible``). All ranks must call ``compress`` the
+  same number of times with the same sizes, or their generators drift apart.
+
+Trap avoided: indices drawn *with* replacement give fewer than k distinct coordinates.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import register
+from .topk import SparseCodec, check_density, resolve_k, sparse_payload
+
+
+def distinct_indices(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
+    """k distinct indices uniform in [0, n), as a uniformly random k-subset.
+
+    ``randperm`` costs O(n); for k much smaller than n, draw ~k with replacement, deduplicate
+    and top up (rejection), then shuffle the survivors so the k kept are a uniform subset.
+    """
+    if k * 8 >= n:
+        return torch.randperm(n, generator=generator)[:k]
+    got = torch.empty(0, dtype=torch.int64)
+    while got.numel() < k:
+        draw = torch.randint(n, (k - got.numel() + k // 16 + 8,), generator=generator)
+        got = torch.unique(torch.cat([got, draw]))
+    # unique() sorts: a random permutation picks a uniform subset of the (exchangeable) pool
+    return got[torch.randperm(got.numel(), generator=generator)[:k]]
+
+
+@register("randomk")
+class RandomK(SparseCodec):
+    """Random-k with a private per-rank seed; ``scale=True`` multiplies kept values by n/k."""
+
+    name = "randomk"
+
+    def __init__(self, density: float = 0.01, k: int | None = None, scale: bool = False,
+                 seed: int = 0):
+        check_density(density, k)
+        self.density, self.k, self.scale = density, k, bool(scale)
+        super().__init__(seed=seed)
+
+    def _select(self, flat):
+        n = flat.numel()
+        k = resolve_k(n, self.density, self.k)
+        idx = distinct_indices(n, k, self.generator).to(flat.device) if k else \
+            torch.empty(0, dtype=torch.int64, device=flat.device)
+        vals = flat[idx]
+        if self.scale and k:
+            vals = vals * (n / k)
+        return idx, vals
+
+    def encode(self, flat, key):
+        idx, vals = self._select(flat)
+        return sparse_payload(flat, idx, vals), None
+
+    def __repr__(self):
+        arg = f"k={self.k}" if self.k is not None else f"density={self.density}"
+        return f"{type(self).__name__}({arg}, scale={self.scale})"
+
+
+@register("randomk_shared")
+class SharedRandomK(RandomK):
+    """Random-k with one seed for all ranks: payload = values only, summed by allreduce."""
+
+    name = "randomk_shared"
+    shared_randomness = True
+    allreduce_compatible = True
+
+    def encode(self, flat, key):
+        idx, vals = self._select(flat)
+        return (vals,), idx  # ctx: the indices, identical on every rank, never sent
+
+    def decode(self, payload, ctx, numel, dtype):
+        return super().decode((payload[0], ctx), None, numel, dtype)

@@ -1,0 +1,82 @@
+"""TernGrad: stochastic ternary gradients {-s, 0, +s}, layer-wise scaler.
+
+Wen, Xu, Yan, Wu, Wang, Chen, Li, "TernGrad: Ternary Gradients to Reduce Communication in
+Distributed Deep Learning", NeurIPS 2017 (Sec. 3.1, the ternarize operator; Sec. 3.3,
+layer-wise ternarizing and gradient clipping):
+
+    s = max|g|,   b_i ~ Bernoulli(|g_i| / s),   g~ = s * sign(g) * b,    E[g~] = g
+
+With gradient clipping (on by default, ``clip=2.5``) g is first clipped to
+[-c sigma, c sigma], sigma the standard deviation of the tensor's entries; that shrinks s
+and the variance, but makes g~ an unbiased estimate of the *clipped* gradient: pass
+``clip=None`` for the unbiased quantiser. A constant tensor has sigma = 0; clipping it would
+zero it, so clipping is skipped there (our choice; the paper does not treat this case).
+
+One scaler per tensor (layer-wise, as in the paper when used with ``layerwise=True``
+aggregation). The scaler *shared across workers* needs a collective (a max allreduce), so it
+lives in the ``terngrad_shared`` aggregator. Wire: codes {0: 0, 1: +1, 2: -1} at 2 bits each
+(ceil(n/4) bytes) + one float32 scaler.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Compressor, register
+from .packing import pack_uint, unpack_uint
+
+_VALUES = torch.tensor([0.0, 1.0, -1.0])  # code -> ternary value
+
+
+def clip_sigma(x: torch.Tensor, c: float | None) -> torch.Tensor:
+    """Clip float32 ``x`` to [-c sigma, c sigma] (no-op when c is None or sigma == 0)."""
+    if c is None or x.numel() < 2:
+        return x
+    sigma = x.std(unbiased=False)
+    return x.clamp(-c * sigma, c * sigma) if sigma > 0 else x
+
+
+def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Stochastic ternary codes (int64 in {0, 1, 2}) of float32 ``x`` with scaler ``s``."""
+    if float(s) == 0.0:
+        return torch.zeros(x.numel(), dtype=torch.int64, device=x.device)
+    u = torch.rand(x.numel(), generator=generator).to(x.device)
+    keep = u < (x.abs() / s)
+    return torch.where(keep, torch.where(x < 0, 2, 1), 0).long()
+
+
+def ternary_values(codes: torch.Tensor) -> torch.Tensor:
+    return _VALUES.to(codes.device)[codes]
+
+
+def check_clip(clip) -> float | None:
+    if clip is None:
+        return None
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)):
+        raise TypeError(f"clip must be a number or None, got {type(clip).__name__}")
+    if not clip > 0:
+        raise ValueError(f"clip must be > 0 (or None to turn clipping off), got {clip}")
+    return float(clip)
+
+
+@register("terngrad")
+class TernGrad(Compressor):
+    """Ternary stochastic quantiser with a per-tensor scaler and optional c-sigma clipping."""
+
+    name = "terngrad"
+
+    def __init__(self, clip: float | None = 2.5, seed: int = 0):
+        self.clip = check_clip(clip)
+        super().__init__(seed=seed)
+
+    def encode(self, flat, key):
+        x = clip_sigma(flat.float(), self.clip)
+        s = x.abs().max() if x.numel() else x.new_zeros(())
+        codes = ternarize(x, s, self.generator)
+        return (s.reshape(1), pack_uint(codes, 2)), None
+
+    def decode(self, payload, ctx, numel, dtype):
+        s, packed = payload
+        return (ternary_values(unpack_uint(packed, numel, 2)) * s.float()).to(dtype)
+
+    def __repr__(self):
+        return f"TernGrad(clip={self.clip})"

@@ -1,0 +1,60 @@
+"""Threshold quantization (Strom): send only entries beyond a fixed threshold, as +-tau.
+
+Strom, "Scalable Distributed DNN Training Using Commodity GPU Cloud Computing", Interspeech
+2015, Sec. 2: the residual r (gradient plus what was not sent before) is scanned; every entry
+with |r_i| > tau is sent as its index and one sign bit, meaning +tau or -tau, and tau is
+subtracted from (added to) the residual; everything else stays in the residual. The residual
+is :class:`~lab.compress.ErrorFeedback`'s job: ``"strom"`` is ``ErrorFeedback(Threshold(tau))``,
+``"threshold"`` the bare quantizer.
+
+Wire format: ``(indices int32, packed sign bits)``, 4 B + 1 bit per sent entry. ``tau`` is a
+configuration constant that every rank shares, so it is *not* on the wire (decode uses the
+codec's own ``tau``); ranks must therefore be built with the same ``tau``. The count is
+data-dependent (ragged): anything from 0 to n entries.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Compressor, register
+from .error_feedback import ErrorFeedback
+from .packing import index_dtype, pack_bits, unpack_bits
+
+
+@register("threshold")
+class Threshold(Compressor):
+    """Entries with ``|x| > tau`` become ``sign(x) * tau``; the rest become 0."""
+
+    name = "threshold"
+
+    def __init__(self, tau: float = 0.01, seed: int = 0):
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
+            raise ValueError(f"tau must be a positive number, got {tau!r}")
+        self.tau = float(tau)
+        super().__init__(seed=seed)
+
+    def encode(self, flat, key):
+        idx = torch.where(flat.abs() > self.tau)[0]
+        signs = pack_bits(flat[idx] > 0)  # |x| > tau > 0, so no sign(0) ambiguity
+        return (idx.to(index_dtype(flat.numel())), signs), None
+
+    def decode(self, payload, ctx, numel, dtype):
+        idx, packed = payload
+        out = torch.zeros(numel, dtype=dtype, device=packed.device)
+        if idx.numel():
+            pos = unpack_bits(packed, idx.numel())
+            vals = torch.full((idx.numel(),), -self.tau, dtype=dtype, device=packed.device)
+            vals[pos] = self.tau
+            out[idx.long()] = vals
+        return out
+
+    def __repr__(self):
+        return f"Threshold(tau={self.tau})"
+
+
+@register("strom")
+def strom(tau: float = 0.01, seed: int = 0) -> ErrorFeedback:
+    """Strom (2015) as published: threshold quantization with a local residual."""
+    ef = ErrorFeedback(Threshold(tau=tau, seed=seed))
+    ef.name = "strom"
+    return ef

@@ -1,0 +1,85 @@
+"""Approximate Top-k from a sampled threshold (hierarchical selection).
+
+Lin, Han, Mao, Wang, Dally, "Deep Gradient Compression", ICLR 2018, Sec. 5 (system
+performance): "sample only 0.1% to 1% of the gradients and perform top-k selection on the
+samples to estimate the threshold for the entire population. If the number of gradients
+exceeding the threshold is far more than expected, a precise threshold is calculated from the
+already-selected gradients."
+
+Here: draw ``s = max(min_sample, ceil(sample * n))`` positions uniformly (with replacement, a
+sample only estimates a quantile), take the ``ceil(overshoot * d * s)``-th largest sampled
+magnitude as the threshold, select ``|x| >= thr`` in one pass, and if more than ``k`` pass,
+keep the exact top-k *among the selected* (cheap: the candidate set is small). The
+``overshoot`` (> 1) lowers the threshold on purpose so that the candidates almost always
+contain the true top-k: then the result is exact. When fewer than ``k`` pass (an unlucky
+sample) the payload is ragged, smaller than ``k`` (the allgather path allows that).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import register
+from .topk import SparseCodec, check_density, resolve_k, sparse_payload, topk_indices
+
+
+def sampled_threshold(mag: torch.Tensor, frac: float, sample: float, generator: torch.Generator,
+                      min_sample: int = 1000) -> torch.Tensor:
+    """Estimate the magnitude above which a fraction ``frac`` of ``mag`` lies, from a sample."""
+    n = mag.numel()
+    s = min(n, max(min_sample, math.ceil(sample * n)))
+    if s == n:  # the "sample" is everything: use the exact quantile
+        picked = mag
+    else:
+        picked = mag[torch.randint(n, (s,), generator=generator).to(mag.device)]
+    ks = min(s, max(1, math.ceil(frac * s)))
+    return torch.topk(picked, ks, sorted=False).values.min()
+
+
+def sampled_topk_indices(mag: torch.Tensor, k: int, generator: torch.Generator,
+                         sample: float = 0.01, overshoot: float = 2.0,
+                         min_sample: int = 1000) -> torch.Tensor:
+    """At most ``k`` indices, almost always those of the exact top-k of ``mag``."""
+    n = mag.numel()
+    if k >= n or n <= min_sample:  # small tensors: the exact answer is as cheap
+        return topk_indices(mag, k)
+    thr = sampled_threshold(mag, overshoot * k / n, sample, generator, min_sample)
+    cand = torch.where(mag >= thr)[0]
+    if cand.numel() > k:  # hierarchical step: exact top-k among the candidates only
+        cand = cand[torch.topk(mag[cand], k, sorted=False).indices]
+    return cand
+
+
+@register("topk_sampled")
+class SampledTopK(SparseCodec):
+    """Top-k through a threshold estimated on a ``sample`` fraction (default 1%) of entries.
+
+    ``overshoot`` scales the sampled quantile (2.0: aim at 2k candidates, then trim to k).
+    Payload and ctx as :class:`~lab.compress.topk.TopK`; the count may be below k.
+    """
+
+    name = "topk_sampled"
+
+    def __init__(self, density: float = 0.01, k: int | None = None, sample: float = 0.01,
+                 overshoot: float = 2.0, min_sample: int = 1000, seed: int = 0):
+        check_density(density, k)
+        if not 0 < sample <= 1:
+            raise ValueError(f"sample must be in (0, 1], got {sample!r}")
+        if not overshoot >= 1:
+            raise ValueError(f"overshoot must be >= 1, got {overshoot!r}")
+        if not (isinstance(min_sample, int) and min_sample >= 1):
+            raise ValueError(f"min_sample must be a positive int, got {min_sample!r}")
+        self.density, self.k, self.sample = density, k, sample
+        self.overshoot, self.min_sample = overshoot, min_sample
+        super().__init__(seed=seed)
+
+    def encode(self, flat, key):
+        k = resolve_k(flat.numel(), self.density, self.k)
+        idx = sampled_topk_indices(flat.abs(), k, self.generator, self.sample,
+                                   self.overshoot, self.min_sample)
+        return sparse_payload(flat, idx), None
+
+    def __repr__(self):
+        arg = f"k={self.k}" if self.k is not None else f"density={self.density}"
+        return f"SampledTopK({arg}, sample={self.sample})"

@@ -1,0 +1,155 @@
+"""Small models for the book, built for a :class:`lab.data.Dataset` (no downloads).
+
+``mlp`` and ``linear`` for any vector data; ``cnn``, ``vgg`` (big fully-connected tail, the
+shape P3 cares about: Simonyan & Zisserman, ICLR 2015) and ``resnet`` (He et al., CVPR 2016)
+for image data; ``gpt``, a tiny decoder-only transformer (Vaswani et al., NeurIPS 2017) for
+character-level text.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .data import Dataset
+from .registry import Registry
+
+REGISTRY = Registry("model")
+
+
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
+def _need(data: Dataset, model: str, tasks: tuple[str, ...], image: bool = False) -> None:
+    if data.task not in tasks:
+        raise ValueError(f"model={model!r} does not fit data={data.name!r} (task {data.task!r}; "
+                         f"{model} needs {' or '.join(tasks)})")
+    if image and len(data.input_shape) != 3:
+        raise ValueError(f"model={model!r} needs image data (C, H, W); data={data.name!r} has "
+                         f"input shape {data.input_shape}")
+
+
+@REGISTRY.register("linear")
+def linear(data: Dataset) -> nn.Module:
+    _need(data, "linear", ("classify", "regress"))
+    return nn.Sequential(nn.Flatten(), nn.Linear(_numel(data.input_shape), data.num_outputs))
+
+
+@REGISTRY.register("mlp")
+def mlp(data: Dataset, hidden: int = 64, depth: int = 2) -> nn.Module:
+    _need(data, "mlp", ("classify", "regress"))
+    layers, width = [nn.Flatten()], _numel(data.input_shape)
+    for _ in range(depth - 1):
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    return nn.Sequential(*layers, nn.Linear(width, data.num_outputs))
+
+
+class _Image(nn.Module):
+    """Reshape flat vectors to (C, H, W) before the convolutional body."""
+
+    def __init__(self, shape, body: nn.Module):
+        super().__init__()
+        self.shape, self.body = tuple(shape), body
+
+    def forward(self, x):
+        return self.body(x.reshape(-1, *self.shape))
+
+
+@REGISTRY.register("cnn")
+def cnn(data: Dataset, channels: int = 16) -> nn.Module:
+    _need(data, "cnn", ("classify",), image=True)
+    c, h, w = data.input_shape
+    body = nn.Sequential(
+        nn.Conv2d(c, channels, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(channels, 2 * channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(2 * channels * (h // 2) * (w // 2), data.num_outputs))
+    return _Image(data.input_shape, body)
+
+
+@REGISTRY.register("vgg")
+def vgg(data: Dataset, channels: int = 16, fc: int = 512) -> nn.Module:
+    """Two conv blocks and three big fully-connected layers: most bytes sit at the end."""
+    _need(data, "vgg", ("classify",), image=True)
+    c, h, w = data.input_shape
+    body = nn.Sequential(
+        nn.Conv2d(c, channels, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, 2 * channels, 3, padding=1), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(2 * channels * (h // 2) * (w // 2), fc), nn.ReLU(),
+        nn.Linear(fc, fc), nn.ReLU(),
+        nn.Linear(fc, data.num_outputs))
+    return _Image(data.input_shape, body)
+
+
+class _Block(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(x + self.bn2(self.conv2(out)))
+
+
+@REGISTRY.register("resnet")
+def resnet(data: Dataset, channels: int = 16, blocks: int = 2) -> nn.Module:
+    _need(data, "resnet", ("classify",), image=True)
+    c = data.input_shape[0]
+    body = nn.Sequential(
+        nn.Conv2d(c, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+        *[_Block(channels) for _ in range(blocks)],
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, data.num_outputs))
+    return _Image(data.input_shape, body)
+
+
+class TinyGPT(nn.Module):
+    """Decoder-only transformer: token + position embeddings, causal self-attention blocks."""
+
+    def __init__(self, vocab: int, seq_len: int, dim: int = 64, layers: int = 2, heads: int = 2):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.zeros(seq_len, dim))
+        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq_len))
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos[:t]
+        x = self.blocks(x, mask=self.mask[:t, :t], is_causal=True)
+        return self.head(self.norm(x))
+
+
+@REGISTRY.register("gpt")
+def gpt(data: Dataset, dim: int = 64, layers: int = 2, heads: int = 2) -> nn.Module:
+    _need(data, "gpt", ("lm",))
+    return TinyGPT(data.num_outputs, data.seq_len, dim, layers, heads)
+
+
+def make(name: str, data: Dataset, seed: int = 0, **kwargs) -> nn.Module:
+    """Build model ``name`` for ``data`` with weights drawn from ``seed`` (same on every rank)."""
+    factory = REGISTRY.get(name)
+    torch.manual_seed(seed)
+    return factory(data, **kwargs)
+
+
+def loss_fn(task: str):
+    if task == "regress":
+        return nn.functional.mse_loss
+    if task == "lm":
+        return lambda out, y: nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return nn.functional.cross_entropy
+
+
+def names() -> list[str]:
+    return REGISTRY.names()

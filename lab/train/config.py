@@ -1,0 +1,88 @@
+"""``TrainConfig``: everything one data-parallel run needs, checked before any process starts."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..comm import Network
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str = "mlp"
+    data: str = "digits"
+    steps: int = 100
+    batch_size: int = 64          # global batch, split evenly over the workers
+    lr: float = 0.1
+    optimizer: str = "sgd"        # "sgd" (with optional momentum) or "adam"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    compressor: str = "none"      # a name from lab.compress.names()
+    compressor_kw: dict = field(default_factory=dict)
+    error_feedback: bool = False  # wrap the compressor in ErrorFeedback
+    aggregator: str = "auto"      # "auto": dense allreduce without a codec, else "compressed"
+    aggregator_kw: dict = field(default_factory=dict)
+    layerwise: bool = False       # compress tensor by tensor instead of one flat vector
+    network: Any = None           # None, a Network, a preset ("1gbps") or "100Mbps,2ms"
+    eval_every: int = 20          # evaluate on held-out data every n steps (0: only at the end)
+    seed: int = 0
+    model_kw: dict = field(default_factory=dict)
+    data_kw: dict = field(default_factory=dict)
+    label: str = ""               # a name for tables and plots
+
+    def __post_init__(self):
+        from .. import aggregate, compress, data, models
+        models.REGISTRY.check(self.model, "model")
+        data.REGISTRY.check(self.data, "data")
+        compress.REGISTRY.check(self.compressor, "compressor")
+        if self.aggregator != "auto":
+            aggregate.REGISTRY.check(self.aggregator, "aggregator")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        for name in ("steps", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise ValueError(f"eval_every must be an int >= 0, got {self.eval_every!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        for name in ("compressor_kw", "aggregator_kw", "model_kw", "data_kw"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be a dict, got {type(getattr(self, name)).__name__}")
+        Network.parse(self.network)  # raises on a bad spec
+
+    @property
+    def net(self) -> Network | None:
+        return Network.parse(self.network)
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        kw = ",".join(f"{k}={v}" for k, v in self.compressor_kw.items())
+        ef = "+ef" if self.error_feedback else ""
+        return f"{self.compressor}{ef}" + (f"({kw})" if kw else "")
+
+    def with_(self, **changes) -> "TrainConfig":
+        """A copy with some fields changed (and checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        net = self.net
+        d["network"] = None if net is None else net.label
+        return d
+
+    def check_workers(self, workers: int) -> None:
+        """Raise before launch if this config cannot run on ``workers`` ranks."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive int, got {workers!r}")
+        if self.batch_size % workers:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by workers "
+                             f"({workers})")

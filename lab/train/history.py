@@ -1,0 +1,106 @@
+"""``History``: what a training run measured, per step, plus how to save and summarise it."""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class History:
+    config: dict
+    world_size: int
+    loss: list[float] = field(default_factory=list)      # training loss, mean over ranks
+    bytes: list[int] = field(default_factory=list)       # bytes rank 0 handed to the network
+    compute_s: list[float] = field(default_factory=list)  # forward + backward (measured)
+    codec_s: list[float] = field(default_factory=list)   # compress/decompress (measured)
+    comm_s: list[float] = field(default_factory=list)    # in collectives (measured, incl. emulation)
+    modeled_comm_s: list[float] = field(default_factory=list)  # alpha-beta on the network
+    eval_step: list[int] = field(default_factory=list)
+    test_loss: list[float] = field(default_factory=list)
+    test_acc: list[float] = field(default_factory=list)
+    rank_bytes: list[int] = field(default_factory=list)  # total bytes per rank
+    wall_s: float = 0.0
+
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.config.get("label") or self.config.get("compressor", "run")
+
+    @property
+    def steps(self) -> int:
+        return len(self.loss)
+
+    @property
+    def step_s(self) -> np.ndarray:
+        """Measured seconds per step: compute + codec + communication."""
+        return np.asarray(self.compute_s) + np.asarray(self.codec_s) + np.asarray(self.comm_s)
+
+    @property
+    def clock(self) -> np.ndarray:
+        """Cumulative measured time at the end of each step."""
+        return np.cumsum(self.step_s)
+
+    def time_to(self, target_acc: float) -> float:
+        """Measured seconds until held-out accuracy first reaches ``target_acc`` (inf if never)."""
+        clock = self.clock
+        for s, a in zip(self.eval_step, self.test_acc):
+            if a >= target_acc:
+                return float(clock[min(s, len(clock)) - 1]) if s > 0 else 0.0
+        return float("inf")
+
+    @property
+    def final_acc(self) -> float:
+        return self.test_acc[-1] if self.test_acc else float("nan")
+
+    @property
+    def bytes_per_step(self) -> float:
+        return float(np.mean(self.bytes)) if self.bytes else 0.0
+
+    def summary(self) -> dict:
+        return {
+            "run": self.name, "workers": self.world_size, "steps": self.steps,
+            "final_loss": round(float(np.mean(self.loss[-5:])), 4) if self.loss else None,
+            "test_acc": round(self.final_acc, 4),
+            "bytes/step": int(self.bytes_per_step),
+            "compute ms/step": round(1e3 * float(np.mean(self.compute_s)), 2),
+            "codec ms/step": round(1e3 * float(np.mean(self.codec_s)), 2),
+            "comm ms/step": round(1e3 * float(np.mean(self.comm_s)), 2),
+            "modeled comm ms/step": round(1e3 * float(np.mean(self.modeled_comm_s)), 2),
+        }
+
+    # -- saving --------------------------------------------------------------------------
+    def to_json(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+
+    @classmethod
+    def from_json(cls, path) -> "History":
+        with open(path) as f:
+            return cls(**json.load(f))
+
+    def to_csv(self, path) -> None:
+        """One row per step; held-out metrics on the steps where they were measured."""
+        evals = dict(zip(self.eval_step, zip(self.test_loss, self.test_acc)))
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", "loss", "bytes", "compute_s", "codec_s", "comm_s",
+                        "modeled_comm_s", "test_loss", "test_acc"])
+            for i in range(self.steps):
+                tl, ta = evals.get(i + 1, ("", ""))
+                w.writerow([i + 1, self.loss[i], self.bytes[i], self.compute_s[i], self.codec_s[i],
+                            self.comm_s[i], self.modeled_comm_s[i], tl, ta])
+
+
+def table(histories) -> str:
+    """A plain-text table of summaries (one row per run)."""
+    rows = [h.summary() for h in histories]
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    line = "  ".join(c.ljust(width[c]) for c in cols)
+    body = ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
+    return "\n".join([line, "-" * len(line), *body])

@@ -1,0 +1,135 @@
+"""The runner: results by rank, failures surfaced (raise, SIGKILL, hang), no orphans, no clashes."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+import lab
+from lab.runtime import LaunchError, launch
+
+
+def _rank_info(ctx, base):
+    t = torch.tensor([float(ctx.rank + base)])
+    ctx.comm.allreduce(t)
+    return {"rank": ctx.rank, "world": ctx.world_size, "sum": t.item(), "backend": ctx.backend}
+
+
+def _raise_on_1(ctx):
+    if ctx.rank == 1:
+        raise ValueError("boom on purpose")
+    ctx.comm.barrier()  # rank 0 waits for a peer that never comes
+    return ctx.rank
+
+
+def _sigkill_mid_collective(ctx):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.comm.allreduce(torch.ones(1000))
+    return ctx.rank
+
+
+def _hang(ctx):
+    if ctx.rank == 0:
+        time.sleep(600)
+    return ctx.rank
+
+
+def _big(ctx):
+    return torch.full((4_000_000,), float(ctx.rank))  # 16 MB per rank through the queue
+
+
+def _pid(ctx):
+    return os.getpid()
+
+
+def _children():
+    import multiprocessing as mp
+    return [p for p in mp.active_children() if p.name.startswith("lab-rank")]
+
+
+def test_results_come_back_ordered_by_rank():
+    out = launch(_rank_info, 3, 10)
+    assert [o["rank"] for o in out] == [0, 1, 2]
+    assert all(o["sum"] == 33.0 and o["world"] == 3 and o["backend"] == "gloo" for o in out)
+
+
+def test_a_function_defined_at_runtime_is_shipped_by_value():
+    scale = 7
+    out = launch(lambda ctx: ctx.rank * scale, 2)  # as a notebook-defined function would be
+    assert out == [0, 7]
+
+
+def test_rank_that_raises_names_the_rank_and_its_traceback():
+    with pytest.raises(LaunchError) as e:
+        launch(_raise_on_1, 2, timeout=20)
+    assert e.value.rank == 1
+    assert "boom on purpose" in str(e.value) and "_raise_on_1" in e.value.remote_traceback
+    assert not _children()
+
+
+def test_rank_killed_by_sigkill_mid_collective_ends_all_ranks():
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="rank 1 of 2 was killed by SIGKILL"):
+        launch(_sigkill_mid_collective, 2, timeout=30)
+    assert time.monotonic() - t0 < 15
+    assert not _children()
+
+
+def test_hanging_rank_times_out_and_is_ended():
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="timeout"):
+        launch(_hang, 2, timeout=3)
+    assert time.monotonic() - t0 < 10
+    assert not _children()
+
+
+def test_large_results_do_not_deadlock():
+    out = launch(_big, 2)
+    assert [o[0].item() for o in out] == [0.0, 1.0] and out[1].numel() == 4_000_000
+
+
+def test_twenty_launches_back_to_back_no_port_clash_no_leftovers():
+    pids = set()
+    for i in range(20):
+        out = launch(_rank_info, 2, i)
+        assert out[1]["sum"] == 2 * i + 1
+        pids.update(launch(_pid, 1))
+    time.sleep(0.2)
+    assert not _children()
+    for pid in pids:  # every rank process is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_spawn_start_method_also_works():
+    assert launch(_rank_info, 2, 0, start_method="spawn")[1]["sum"] == 1.0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, "2", True, None])
+def test_bad_world_size_is_refused_before_any_process(bad):
+    with pytest.raises(ValueError, match="world_size"):
+        launch(_rank_info, bad, 0)
+
+
+def test_bad_arguments_name_themselves():
+    with pytest.raises(ValueError, match="timeout"):
+        launch(_rank_info, 1, 0, timeout=-1)
+    with pytest.raises(ValueError, match="backend"):
+        launch(_rank_info, 1, 0, backend="mpi")
+    with pytest.raises(ValueError, match="bandwidth"):
+        launch(_rank_info, 1, 0, network=lab.Network(latency=0.0, bandwidth=-5))
+    with pytest.raises(TypeError, match="cannot be sent to worker processes"):
+        launch(_rank_info, 1, threading.Lock())
+    with pytest.raises(TypeError, match="callable"):
+        launch(42, 1)
+
+
+def test_no_gpu_means_gloo_on_cpu_and_nccl_is_refused():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    assert launch(_rank_info, 1, 0)[0]["backend"] == "gloo"
+    with pytest.raises(ValueError, match="nccl"):
+        launch(_rank_info, 2, 0, backend="nccl")
