@@ -39,7 +39,7 @@ class Aggregator:
             return [self.reduce(g, key=i, step=step) for i, g in enumerate(grads)]
         flat = torch.cat([g.reshape(-1) for g in grads])
         out = self.reduce(flat, key="flat", step=step)
-        return [o.view_as(g) for o, g in zip(out.split([g.numel() for g in grads]), grads)]
+        return [o.view_as(g).to(g.dtype) for o, g in zip(out.split([g.numel() for g in grads]), grads)]
 
     def reduce(self, tensor: torch.Tensor, key, step: int) -> torch.Tensor:
         """Average one tensor over ranks (to implement)."""

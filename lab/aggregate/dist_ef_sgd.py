@@ -12,8 +12,9 @@ The compressor C splits a vector into blocks G and sends sign(p_G) with one scal
 The server is spread over the ranks: rank j serves chunk j of the vector. An alltoall carries
 every rank's compressed chunk j to rank j (one uint8 message: the float32 block scales' bytes,
 then the packed signs), rank j averages, adds its server error, compresses again, and an
-allgather brings the compressed chunks to everyone. Per rank on the wire: about 2 n / 8 bytes of
-signs plus the scales, whatever the world size.
+allgather brings the compressed chunks to everyone. Per rank handed to the wire: n / 8 bytes of
+signs up (own chunk included) and n / (8 W) down, plus 4 bytes per block; it does not grow
+with the world size W.
 
 Departures, all documented choices: errors are kept in gradient units (``lr`` stays in the
 optimizer; with a constant rate this equals the paper's rule divided by lr, a changing rate

@@ -179,7 +179,8 @@ class Collective:
         self._run("alltoall", tag, _nbytes(flat_in),
                   lambda: dist.all_to_all_single(flat_out, flat_in, out_sizes, in_sizes,
                                                  group=self.group), sync=flat_in)
-        return [o.to(chunks[0].device) for o in flat_out.split(out_sizes)]
+        # clones, not views into one buffer: a chunk may be re-viewed as another dtype
+        return [o.clone().to(chunks[0].device) for o in flat_out.split(out_sizes)]
 
     # -- point to point -------------------------------------------------------------------
     def send(self, t: torch.Tensor, dst: int, tag: str = "") -> None:

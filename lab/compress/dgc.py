@@ -95,7 +95,7 @@ class DGC(SparseCodec):
         k = resolve_k(flat.numel(), self.density_at(step))
         mag = v.abs()
         idx = sampled_topk_indices(mag, k, self.generator, self.sample) if self.sampled \
-            else topk_indices(mag, k)
+            else topk_indices(mag, k, self.generator)
         payload = sparse_payload(v, idx)
         v[idx] = 0          # v is a fresh tensor (v + ...), so this never touches the input
         if self.masking and self.momentum_correction:

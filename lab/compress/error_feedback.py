@@ -49,10 +49,12 @@ class ErrorFeedback(Compressor):
         check_finite(tensor, self.name)
         e = self.residuals.get(key)
         if e is None or e.shape != tensor.shape:
-            e = torch.zeros_like(tensor)
-        p = tensor + e
-        payload, ctx = self.inner.compress(p, key)
-        self.residuals[key] = p - self.inner.decompress(payload, ctx)
+            e = torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
+        # the residual lives in fp32 even for fp16/bf16 gradients: the small errors it keeps
+        # are exactly what a half-precision buffer would round away
+        p = tensor.float() + e
+        payload, ctx = self.inner.compress(p.to(tensor.dtype), key)
+        self.residuals[key] = p - self.inner.decompress(payload, ctx).float()
         return payload, ctx
 
     def decompress(self, payload, ctx) -> torch.Tensor:

@@ -18,8 +18,7 @@ import torch
 
 from .base import register
 from .error_feedback import ErrorFeedback
-from .topk import SparseCodec, sparse_payload
-from .topk_sampled import sampled_threshold
+from .topk import SparseCodec, sampled_threshold, sparse_payload
 
 
 @register("drop")

@@ -1,7 +1,7 @@
 """1-bit SGD: one bit per value, reconstructed with two means, plus error feedback.
 
 Seide, Fu, Droppo, Li, Yu, "1-Bit Stochastic Gradient Descent and its Application to
-Data-Parallel Distributed Training of Speech DNNs", Interspeech 2014 (Sec. 3). Each value is
+Data-Parallel Distributed Training of Speech DNNs", Interspeech 2014. Each value is
 quantised to one bit (its sign); the receiver reconstructs a 1 with the mean of the entries
 that were >= 0 and a 0 with the mean of the entries that were < 0 (the two values that minimise
 the squared reconstruction error for that split), and the quantisation error is added to the

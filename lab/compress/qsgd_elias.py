@@ -1,7 +1,7 @@
 """QSGD with Elias coding: the sparse regime, where most levels are 0.
 
 Alistarh et al., "QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
-NeurIPS 2017 (Sec. 3.2, coding the quantised vector). With few levels s the quantised bucket
+NeurIPS 2017 (Sec. 3, efficient coding of the quantised vector). With few levels s the quantised bucket
 has at most s(s + sqrt(n)) nonzeros in expectation (Lemma 3.1), so it pays to send, for each
 nonzero only: the gap to the previous nonzero, the sign bit and the level, each integer >= 1
 written with a universal integer code. The paper uses Elias (recursive) coding; we use the

@@ -7,34 +7,22 @@ exceeding the threshold is far more than expected, a precise threshold is calcul
 already-selected gradients."
 
 Here: draw ``s = max(min_sample, ceil(sample * n))`` positions uniformly (with replacement, a
-sample only estimates a quantile), take the ``ceil(overshoot * d * s)``-th largest sampled
+sample only estimates a quantile), take the ``round(overshoot * d * s)``-th largest sampled
 magnitude as the threshold, select ``|x| >= thr`` in one pass, and if more than ``k`` pass,
 keep the exact top-k *among the selected* (cheap: the candidate set is small). The
 ``overshoot`` (> 1) lowers the threshold on purpose so that the candidates almost always
 contain the true top-k: then the result is exact. When fewer than ``k`` pass (an unlucky
-sample) the payload is ragged, smaller than ``k`` (the allgather path allows that).
+sample) the payload is ragged, smaller than ``k`` (the allgather path allows that). The exact
+``"topk"`` codec takes the same route but falls back to a full ``torch.topk`` in that
+case; this codec never does, so its cost is bounded by one pass plus a small top-k.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
 from .base import register
-from .topk import SparseCodec, check_density, resolve_k, sparse_payload, topk_indices
-
-
-def sampled_threshold(mag: torch.Tensor, frac: float, sample: float, generator: torch.Generator,
-                      min_sample: int = 1000) -> torch.Tensor:
-    """Estimate the magnitude above which a fraction ``frac`` of ``mag`` lies, from a sample."""
-    n = mag.numel()
-    s = min(n, max(min_sample, math.ceil(sample * n)))
-    if s == n:  # the "sample" is everything: use the exact quantile
-        picked = mag
-    else:
-        picked = mag[torch.randint(n, (s,), generator=generator).to(mag.device)]
-    ks = min(s, max(1, math.ceil(frac * s)))
-    return torch.topk(picked, ks, sorted=False).values.min()
+from .topk import (SparseCodec, candidates_topk, check_density, resolve_k, sampled_threshold,
+                   sparse_payload, topk_indices)
 
 
 def sampled_topk_indices(mag: torch.Tensor, k: int, generator: torch.Generator,
@@ -45,10 +33,7 @@ def sampled_topk_indices(mag: torch.Tensor, k: int, generator: torch.Generator,
     if k >= n or n <= min_sample:  # small tensors: the exact answer is as cheap
         return topk_indices(mag, k)
     thr = sampled_threshold(mag, overshoot * k / n, sample, generator, min_sample)
-    cand = torch.where(mag >= thr)[0]
-    if cand.numel() > k:  # hierarchical step: exact top-k among the candidates only
-        cand = cand[torch.topk(mag[cand], k, sorted=False).indices]
-    return cand
+    return candidates_topk(mag, k, thr)  # no fallback: fewer than k is accepted (ragged)
 
 
 @register("topk_sampled")

@@ -1,7 +1,7 @@
 """ZipML: quantisation points fitted to the data, then unbiased stochastic rounding.
 
 Zhang, Li, Kara, Alistarh, Liu, Zhang, "ZipML: Training Linear Models with End-to-End Low
-Precision, and a Little Bit of Deep Learning", ICML 2017 (Sec. 4, optimal quantisation
+Precision, and a Little Bit of Deep Learning", ICML 2017 (variance-optimal quantisation
 points). Rounding x stochastically between adjacent points a <= x <= b (up with probability
 (x - a)/(b - a)) is unbiased with variance (b - x)(x - a); ZipML picks the K points that
 minimise the total variance sum_x (b(x) - x)(x - a(x)) over the data by dynamic programming.

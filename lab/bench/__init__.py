@@ -1,0 +1,5 @@
+"""Benchmarks: ``python -m lab bench {launch,collectives,codecs,topk}``.
+
+Performance claims live here, never in timed unit tests. Each benchmark is a function that
+returns rows (dicts); ``python -m lab bench`` prints them as tables.
+"""
