@@ -97,10 +97,19 @@ def test_topk_exact_on_large_tensors_via_sampled_route(overshoot):
     from lab.compress.topk import SAMPLED_MIN_N, topk_indices
     g = torch.Generator().manual_seed(13)
     n, k = 2 * SAMPLED_MIN_N, 3000
-    mag = (torch.randint(0, 4000, (n,), generator=g) / 8).float()  # ties at the boundary
-    idx = topk_indices(mag, k, torch.Generator().manual_seed(14), overshoot=overshoot)
+    x = (torch.randint(-4000, 4001, (n + 37,), generator=g) / 8).float()  # ties at the boundary
+    idx = topk_indices(x, k, torch.Generator().manual_seed(14), overshoot=overshoot)
     assert idx.numel() == k and idx.unique().numel() == k
-    torch.testing.assert_close(mag[idx].sort().values, mag.sort().values[-k:], rtol=0, atol=0)
+    torch.testing.assert_close(x[idx].abs().sort().values, x.abs().sort().values[-k:],
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("frac", [0.0005, 0.002, 0.05])
+def test_block_screened_candidates_equal_direct_selection(frac):
+    from lab.compress.topk import candidates
+    x = torch.randn(100_003, generator=torch.Generator().manual_seed(15))
+    thr = x.abs().quantile(1 - frac)
+    assert torch.equal(candidates(x, thr, frac), torch.where(x.abs() >= thr)[0])
 
 
 def test_topk_sampled_recall_on_gaussian():

@@ -93,9 +93,8 @@ class DGC(SparseCodec):
         else:
             v = v + g
         k = resolve_k(flat.numel(), self.density_at(step))
-        mag = v.abs()
-        idx = sampled_topk_indices(mag, k, self.generator, self.sample) if self.sampled \
-            else topk_indices(mag, k, self.generator)
+        idx = sampled_topk_indices(v, k, self.generator, self.sample) if self.sampled \
+            else topk_indices(v, k, self.generator)
         payload = sparse_payload(v, idx)
         v[idx] = 0          # v is a fresh tensor (v + ...), so this never touches the input
         if self.masking and self.momentum_correction:

@@ -18,7 +18,7 @@ import torch
 
 from .base import register
 from .error_feedback import ErrorFeedback
-from .topk import SparseCodec, sampled_threshold, sparse_payload
+from .topk import SparseCodec, candidates, sampled_threshold, sparse_payload
 
 
 @register("drop")
@@ -40,14 +40,14 @@ class Drop(SparseCodec):
         super().__init__(seed=seed)
 
     def encode(self, flat, key):
-        mag = flat.abs()
         if flat.numel() == 0:
             idx = torch.empty(0, dtype=torch.int64)
         else:
-            thr = sampled_threshold(mag, 1.0 - self.drop_ratio, self.sample, self.generator,
-                                    self.min_sample)
-            # an all-zero tensor gives thr = 0: send nothing rather than n zeros
-            idx = torch.where((mag >= thr) & (mag > 0))[0]
+            keep = 1.0 - self.drop_ratio
+            thr = sampled_threshold(flat, keep, self.sample, self.generator, self.min_sample)
+            # mostly-zero tensors give thr = 0: never send exact zeros
+            thr = thr.clamp_min(torch.finfo(flat.dtype).tiny)
+            idx = candidates(flat, thr, keep)
         return sparse_payload(flat, idx), None
 
     def __repr__(self):

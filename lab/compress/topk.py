@@ -15,15 +15,15 @@ Conventions shared by every sparsifier in this package (helpers below):
   (:func:`~lab.compress.packing.index_dtype`), so fp32 costs exactly 8 bytes per kept entry.
 - the ctx is ``None``: a peer's payload decodes with one's own ctx (allgather path).
 - ties: when several entries share the k-th largest magnitude, which of them are kept is
-  ``torch.topk``'s choice (deterministic for a given input and device, but unspecified).
-  Either way the kept magnitudes are exactly the k largest.
+  unspecified (``torch.topk``'s choice; deterministic for a given input, seed and device).
+  The kept magnitudes are always exactly the k largest.
 
-Speed, still exact: on large tensors (n >= 2**17) the selection first estimates a threshold
-from a 1% sample aimed at about 2k candidates (DGC's hierarchical selection, Lin et al.,
-ICLR 2018, Sec. 5), keeps ``|x| >= thr`` in one pass and runs ``torch.topk`` on the candidates
-only. If at least k entries pass, every one of the true top k is among them (the k-th largest
-is >= thr), so the answer is exact; if fewer pass (an unlucky sample) it falls back to a full
-``torch.topk``. The sample uses the codec's generator; the kept set does not depend on it.
+Fast and still exact: on large tensors (n >= 2**17) a threshold is first estimated from a 1%
+sample, aimed at about 2k candidates (the hierarchical selection of DGC, Lin et al., ICLR 2018,
+Sec. 5); entries with ``|x| >= thr`` are collected (blocks screened by their max and min first)
+and ``torch.topk`` runs on those only. If at least k pass, the true top k are all among them
+(the k-th largest is >= thr), so the result is exact; if fewer pass (an unlucky sample), a
+full ``torch.topk`` runs instead. The sample draws from the codec's generator.
 """
 from __future__ import annotations
 
@@ -60,42 +60,63 @@ def resolve_k(n: int, density: float, k: int | None = None) -> int:
 SAMPLED_MIN_N = 2 ** 17  # below this a plain torch.topk is as fast as the sampled route
 
 
-def sampled_threshold(mag: torch.Tensor, frac: float, sample: float, generator: torch.Generator,
+def sampled_threshold(x: torch.Tensor, frac: float, sample: float, generator: torch.Generator,
                       min_sample: int = 1000) -> torch.Tensor:
-    """Estimate the magnitude above which a fraction ``frac`` of ``mag`` lies, from a sample
+    """Estimate the magnitude above which a fraction ``frac`` of ``|x|`` lies, from a sample
     of ``max(min_sample, sample * n)`` positions drawn with replacement (exact if that is n)."""
-    n = mag.numel()
+    n = x.numel()
     s = min(n, max(min_sample, math.ceil(sample * n)))
     if s == n:
-        picked = mag
+        picked = x.abs()
     else:
-        picked = mag[torch.randint(n, (s,), generator=generator).to(mag.device)]
+        picked = x[torch.randint(n, (s,), generator=generator).to(x.device)].abs()
     ks = min(s, max(1, round(frac * s)))  # round, not ceil: 1 - 0.99 is 0.01000...0009
     return torch.topk(picked, ks, sorted=False).values.min()
 
 
-def candidates_topk(mag: torch.Tensor, k: int, thr: torch.Tensor) -> torch.Tensor:
-    """Entries with ``mag >= thr``, cut to the k largest among them when more pass."""
-    cand = torch.where(mag >= thr)[0]
+def candidates(x: torch.Tensor, thr: torch.Tensor, frac: float) -> torch.Tensor:
+    """Ascending indices i with ``|x_i| >= thr``, where about a fraction ``frac`` passes.
+
+    When few pass, screen blocks of L entries first with a max and a min per block (two cheap
+    reductions, no |x| temporary), so the element-wise test only runs on the ~12% of blocks
+    that hold a candidate: 2-3x faster than ``where(|x| >= thr)`` at frac = 0.2%."""
+    n = x.numel()
+    L = 2 ** math.floor(math.log2(0.125 / frac)) if frac > 0 else 128
+    if L < 16 or n < 64 * L:
+        return torch.where(x.abs() >= thr)[0]
+    L = min(L, 128)
+    nb = n // L
+    head = x[: nb * L].view(nb, L)
+    blocks = torch.where((head.amax(1) >= thr) | (head.amin(1) <= -thr))[0]
+    row, col = torch.where(head[blocks].abs() >= thr)
+    found = blocks[row] * L + col
+    rest = torch.where(x[nb * L:].abs() >= thr)[0]
+    return torch.cat([found, rest + nb * L]) if rest.numel() else found
+
+
+def candidates_topk(x: torch.Tensor, k: int, thr: torch.Tensor, frac: float) -> torch.Tensor:
+    """Entries with ``|x| >= thr``, cut to the k largest among them when more pass."""
+    cand = candidates(x, thr, frac)
     if cand.numel() > k:
-        cand = cand[torch.topk(mag[cand], k, sorted=False).indices]
+        cand = cand[torch.topk(x[cand].abs(), k, sorted=False).indices]
     return cand
 
 
-def topk_indices(mag: torch.Tensor, k: int, generator: torch.Generator | None = None,
+def topk_indices(x: torch.Tensor, k: int, generator: torch.Generator | None = None,
                  overshoot: float = 2.0, sample: float = 0.01) -> torch.Tensor:
-    """Indices of the k largest entries of ``mag`` (non-negative, 1-D), unsorted; exact.
+    """Indices of the k entries of largest ``|x|`` (1-D), unsorted; exact.
 
     With a ``generator`` and a large tensor, the sampled-threshold route of the module
     docstring (exact whenever at least k candidates pass, else a full ``torch.topk``)."""
-    n = mag.numel()
+    n = x.numel()
     if k >= n:
-        return torch.arange(n, device=mag.device)
+        return torch.arange(n, device=x.device)
     if generator is not None and n >= SAMPLED_MIN_N:
-        cand = candidates_topk(mag, k, sampled_threshold(mag, overshoot * k / n, sample, generator))
+        frac = overshoot * k / n
+        cand = candidates_topk(x, k, sampled_threshold(x, frac, sample, generator), frac)
         if cand.numel() == k:
             return cand
-    return torch.topk(mag, k, sorted=False).indices
+    return torch.topk(x.abs(), k, sorted=False).indices
 
 
 def sparse_payload(flat: torch.Tensor, idx: torch.Tensor, values: torch.Tensor | None = None):
@@ -128,7 +149,7 @@ class TopK(SparseCodec):
 
     def encode(self, flat, key):
         k = resolve_k(flat.numel(), self.density, self.k)
-        idx = topk_indices(flat.abs(), k, self.generator)
+        idx = topk_indices(flat, k, self.generator)
         return sparse_payload(flat, idx), None
 
     def __repr__(self):

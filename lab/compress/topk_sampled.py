@@ -25,15 +25,16 @@ from .topk import (SparseCodec, candidates_topk, check_density, resolve_k, sampl
                    sparse_payload, topk_indices)
 
 
-def sampled_topk_indices(mag: torch.Tensor, k: int, generator: torch.Generator,
+def sampled_topk_indices(x: torch.Tensor, k: int, generator: torch.Generator,
                          sample: float = 0.01, overshoot: float = 2.0,
                          min_sample: int = 1000) -> torch.Tensor:
-    """At most ``k`` indices, almost always those of the exact top-k of ``mag``."""
-    n = mag.numel()
+    """At most ``k`` indices, almost always those of the exact top-k of ``|x|``."""
+    n = x.numel()
     if k >= n or n <= min_sample:  # small tensors: the exact answer is as cheap
-        return topk_indices(mag, k)
-    thr = sampled_threshold(mag, overshoot * k / n, sample, generator, min_sample)
-    return candidates_topk(mag, k, thr)  # no fallback: fewer than k is accepted (ragged)
+        return topk_indices(x, k)
+    frac = overshoot * k / n
+    thr = sampled_threshold(x, frac, sample, generator, min_sample)
+    return candidates_topk(x, k, thr, frac)  # no fallback: fewer than k is accepted (ragged)
 
 
 @register("topk_sampled")
@@ -61,7 +62,7 @@ class SampledTopK(SparseCodec):
 
     def encode(self, flat, key):
         k = resolve_k(flat.numel(), self.density, self.k)
-        idx = sampled_topk_indices(flat.abs(), k, self.generator, self.sample,
+        idx = sampled_topk_indices(flat, k, self.generator, self.sample,
                                    self.overshoot, self.min_sample)
         return sparse_payload(flat, idx), None
 

@@ -93,7 +93,9 @@ def _context(method: str):
         method = "spawn"
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle"])
+        # torch._dynamo is what the first optimizer construction imports (800+ modules, ~1 s
+        # per rank, several seconds when ranks compete for two cores): pay it once here.
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle"])
     return ctx
 
 

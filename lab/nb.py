@@ -1,0 +1,69 @@
+"""Notebook helpers: the one profile switch, and showing library source in the book.
+
+``LAB_PROFILE=ci`` (default) keeps every notebook near a minute on a 2-core CPU;
+``LAB_PROFILE=gpu`` runs more workers, bigger models and more steps, with compute on the GPU
+when one is visible (NCCL when every rank has its own).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    workers: int          # ranks for the main experiments
+    step_scale: float     # multiplies every step count
+    width_scale: int      # multiplies hidden sizes of the models
+    repeats: int          # repeats of timed measurements
+    device: str           # "cpu" or "auto" (a GPU when one is visible)
+
+    def steps(self, n: int) -> int:
+        return max(1, int(round(n * self.step_scale)))
+
+    def width(self, n: int) -> int:
+        return n * self.width_scale
+
+
+PROFILES = {
+    "ci": Profile("ci", workers=4, step_scale=1.0, width_scale=1, repeats=3, device="cpu"),
+    "gpu": Profile("gpu", workers=8, step_scale=5.0, width_scale=4, repeats=10, device="auto"),
+}
+
+
+def profile(name: str | None = None) -> Profile:
+    """The active profile: ``name``, else ``$LAB_PROFILE``, else ``"ci"``."""
+    name = name or os.environ.get("LAB_PROFILE", "ci")
+    if name not in PROFILES:
+        raise ValueError(f"LAB_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
+    return PROFILES[name]
+
+
+def show_source(obj) -> None:
+    """Display the source of a lab function or class, highlighted, in a notebook."""
+    from IPython.display import Code, display
+    display(Code(inspect.getsource(obj), language="python"))
+
+
+def execute(path, timeout: int = 600) -> float:
+    """Run a notebook top to bottom in place (as the book stores it); returns seconds."""
+    import pathlib
+    import time
+
+    import nbclient
+    import nbformat
+    p = pathlib.Path(path)
+    nb = nbformat.read(p, as_version=4)
+    t0 = time.perf_counter()
+    nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(p.parent)}}).execute()
+    nbformat.write(nb, p)
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":  # python -m lab.nb book/01_foundations/*.ipynb
+    import sys
+    for f in sys.argv[1:]:
+        print(f"{f}: {execute(f):.1f} s", flush=True)
