@@ -25,7 +25,9 @@ def _every_op(ctx):
     rs = c.reduce_scatter(torch.arange(10.0), tag="rs")
     a2a = c.alltoall([torch.full((j + 1,), float(10 * r + j)) for j in range(p)], tag="a2a")
     c.barrier()
-    return {"bytes": {t: c.ledger.total_bytes(tag=t) for t in ("ar", "bc", "ag", "ragged", "pl", "rs", "a2a")},
+    tags = ("ar", "bc", "ag", "ragged", "pl", "rs", "a2a")
+    return {"bytes": {t: c.ledger.total_bytes(tag=t) for t in tags},
+            "recv": {t: c.ledger.total_received(tag=t) for t in tags},
             "ragged": [x.tolist() for x in ragged], "pl": [(a.tolist(), b.item()) for a, b in pl],
             "rs": rs.tolist(), "a2a": [x.tolist() for x in a2a]}
 
@@ -34,7 +36,11 @@ def test_every_collective_works_and_its_bytes_are_exact():
     out = launch(_every_op, 3)
     for r, o in enumerate(out):
         b = o["bytes"]
-        assert b["ar"] == b["bc"] == b["ag"] == 4 * N
+        assert b["ar"] == b["ag"] == 4 * N
+        assert b["bc"] == (4 * N if r == 0 else 0)  # a broadcast is sent by its source
+        v = o["recv"]  # what arrived from the other ranks: an allgather's grows with p
+        assert v["ag"] == 2 * 4 * N and v["bc"] == (0 if r == 0 else 4 * N)
+        assert v["ragged"] == 2 * 3 * 4 and v["a2a"] == 2 * (r + 1) * 4
         assert b["ragged"] == 3 * 4  # padded to the longest (3 floats)
         assert b["pl"] == 5 + 4      # one byte buffer: longest uint8 part (5) + one float
         assert b["rs"] == 12 * 4     # 10 floats split 4/3/3, padded to 3 x 4

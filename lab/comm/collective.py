@@ -1,8 +1,10 @@
 """``Collective``: the only code in ``lab`` that talks to the network.
 
 Every call goes through ``torch.distributed`` and appends a :class:`CommRecord` to the ledger
-with the bytes of the tensors this rank handed over (padding included), the measured time, and
-the modeled time on the emulated network. With a :class:`Network`, a call that finished early
+with the bytes of the tensors this rank handed over (padding included; a broadcast counts at
+its source only), the bytes that arrived in its output buffers from other ranks
+(``recv_bytes``: an allgather's grows with the world size), the measured time, and the modeled
+time on the emulated network. With a :class:`Network`, a call that finished early
 sleeps until its modeled time has passed.
 
 Without an initialised process group the collective acts as a world of one (useful in tests
@@ -40,7 +42,7 @@ class Collective:
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _run(self, op: str, tag: str, nbytes: int, fn, model_bytes: int | None = None,
-             sync: torch.Tensor | None = None):
+             sync: torch.Tensor | None = None, recv: int | None = None):
         start = time.perf_counter()
         out = fn() if self.world_size > 1 else None
         if sync is not None and sync.is_cuda:
@@ -53,7 +55,9 @@ class Collective:
             if left > 0:
                 time.sleep(left)
         seconds = time.perf_counter() - start
-        self.ledger.add(op, tag, nbytes if self.world_size > 1 else 0, seconds, modeled)
+        solo = self.world_size == 1
+        self.ledger.add(op, tag, 0 if solo else nbytes, seconds, modeled,
+                        0 if solo else (nbytes if recv is None else recv))
         return out
 
     def _wire(self, t: torch.Tensor) -> torch.Tensor:
@@ -79,8 +83,9 @@ class Collective:
     def broadcast(self, t: torch.Tensor, src: int = 0, tag: str = "") -> torch.Tensor:
         self._check_rank(src, "src")
         w = self._wire(t)
-        self._run("broadcast", tag, _nbytes(w),
-                  lambda: dist.broadcast(w, src, group=self.group), sync=w)
+        self._run("broadcast", tag, _nbytes(w) if self.rank == src else 0,
+                  lambda: dist.broadcast(w, src, group=self.group), sync=w,
+                  model_bytes=_nbytes(w), recv=0 if self.rank == src else _nbytes(w))
         if w is not t:
             t.copy_(w)
         return t
@@ -95,7 +100,8 @@ class Collective:
         if same_size:
             outs = [torch.empty_like(w) for _ in range(self.world_size)]
             self._run("allgather", tag, _nbytes(w),
-                      lambda: dist.all_gather(outs, w, group=self.group), sync=w)
+                      lambda: dist.all_gather(outs, w, group=self.group), sync=w,
+                      recv=(self.world_size - 1) * _nbytes(w))
             return [o.to(t.device) for o in outs]
         sizes = self._gather_sizes([w.shape[0] if w.dim() else 1], tag)
         w = w.reshape(-1, *w.shape[1:]) if w.dim() else w.reshape(1)
@@ -104,7 +110,8 @@ class Collective:
         padded = torch.cat([w, pad]) if pad.shape[0] else w
         outs = [torch.empty_like(padded) for _ in range(self.world_size)]
         self._run("allgather", tag, _nbytes(padded),
-                  lambda: dist.all_gather(outs, padded, group=self.group), sync=padded)
+                  lambda: dist.all_gather(outs, padded, group=self.group), sync=padded,
+                  recv=(self.world_size - 1) * _nbytes(padded))
         return [o[: int(n)].to(t.device) for o, n in zip(outs, sizes[:, 0])]
 
     def allgather_payload(self, payload: Sequence[torch.Tensor], tag: str = "") -> list[tuple]:
@@ -121,7 +128,8 @@ class Collective:
         padded = torch.cat([buf, buf.new_zeros(longest - buf.numel())])
         outs = [torch.empty_like(padded) for _ in range(self.world_size)]
         self._run("allgather", tag, _nbytes(padded),
-                  lambda: dist.all_gather(outs, padded, group=self.group), sync=padded)
+                  lambda: dist.all_gather(outs, padded, group=self.group), sync=padded,
+                  recv=(self.world_size - 1) * _nbytes(padded))
         result = []
         for out, row in zip(outs, sizes.tolist()):
             pieces, at = [], 0
@@ -172,13 +180,16 @@ class Collective:
         if self.backend == "nccl":
             lens, got = lens.cuda(), got.cuda()
         self._run("alltoall", f"{tag}:sizes", _nbytes(lens),
-                  lambda: dist.all_to_all_single(got, lens, group=self.group))
+                  lambda: dist.all_to_all_single(got, lens, group=self.group),
+                  recv=(self.world_size - 1) * 8)
         in_sizes, out_sizes = lens.tolist(), got.tolist()
         flat_in = torch.cat(send)
         flat_out = flat_in.new_empty(sum(out_sizes))
+        from_others = sum(n for j, n in enumerate(out_sizes) if j != self.rank)
         self._run("alltoall", tag, _nbytes(flat_in),
                   lambda: dist.all_to_all_single(flat_out, flat_in, out_sizes, in_sizes,
-                                                 group=self.group), sync=flat_in)
+                                                 group=self.group), sync=flat_in,
+                  recv=from_others * flat_in.element_size())
         # clones, not views into one buffer: a chunk may be re-viewed as another dtype
         return [o.clone().to(chunks[0].device) for o in flat_out.split(out_sizes)]
 
@@ -186,14 +197,14 @@ class Collective:
     def send(self, t: torch.Tensor, dst: int, tag: str = "") -> None:
         self._check_rank(dst, "dst")
         w = self._wire(t)
-        self._run("send", tag, _nbytes(w), lambda: dist.send(w, dst, group=self.group))
+        self._run("send", tag, _nbytes(w), lambda: dist.send(w, dst, group=self.group), recv=0)
 
     def recv(self, t: torch.Tensor, src: int, tag: str = "") -> torch.Tensor:
         """Receive into ``t``; records zero bytes sent (the sender's ledger counts them)."""
         self._check_rank(src, "src")
         w = self._wire(t)
         self._run("recv", tag, 0, lambda: dist.recv(w, src, group=self.group),
-                  model_bytes=_nbytes(w))
+                  model_bytes=_nbytes(w), recv=_nbytes(w))
         if w is not t:
             t.copy_(w)
         return t
@@ -210,13 +221,13 @@ class Collective:
             reqs = [dist.isend(s, dst, group=self.group), dist.irecv(r, src, group=self.group)]
             for q in reqs:
                 q.wait()
-        self._run("send", tag, _nbytes(s), go)
+        self._run("send", tag, _nbytes(s), go, recv=_nbytes(r))
         if r is not recv_t:
             recv_t.copy_(r)
         return recv_t
 
     def barrier(self, tag: str = "") -> None:
-        self._run("barrier", tag, 0, lambda: dist.barrier(group=self.group))
+        self._run("barrier", tag, 0, lambda: dist.barrier(group=self.group), recv=0)
 
     # -- helpers --------------------------------------------------------------------------
     def _gather_sizes(self, lengths: list[int], tag: str) -> torch.Tensor:
@@ -225,7 +236,8 @@ class Collective:
             mine = mine.cuda()
         outs = [torch.empty_like(mine) for _ in range(self.world_size)]
         self._run("allgather", f"{tag}:sizes", _nbytes(mine),
-                  lambda: dist.all_gather(outs, mine, group=self.group))
+                  lambda: dist.all_gather(outs, mine, group=self.group),
+                  recv=(self.world_size - 1) * _nbytes(mine))
         return torch.stack(outs).cpu()
 
     def _check_rank(self, r: int, arg: str) -> None:

@@ -14,6 +14,7 @@ class CommRecord:
     seconds: float     # measured wall time, including any emulated network delay
     modeled: float     # alpha-beta time of the call on the configured network (0 if none)
     step: int = -1     # training step the call belongs to, when the caller sets one
+    recv_bytes: int = 0  # bytes that arrived in this rank's buffers from other ranks
 
 
 @dataclass
@@ -21,11 +22,16 @@ class CommLedger:
     records: list[CommRecord] = field(default_factory=list)
     step: int = -1
 
-    def add(self, op: str, tag: str, nbytes: int, seconds: float, modeled: float = 0.0) -> None:
-        self.records.append(CommRecord(op, tag, int(nbytes), seconds, modeled, self.step))
+    def add(self, op: str, tag: str, nbytes: int, seconds: float, modeled: float = 0.0,
+            recv_bytes: int = 0) -> None:
+        self.records.append(CommRecord(op, tag, int(nbytes), seconds, modeled, self.step,
+                                       int(recv_bytes)))
 
     def total_bytes(self, op: str | None = None, tag: str | None = None) -> int:
         return sum(r.bytes for r in self._select(op, tag))
+
+    def total_received(self, op: str | None = None, tag: str | None = None) -> int:
+        return sum(r.recv_bytes for r in self._select(op, tag))
 
     def total_seconds(self, op: str | None = None, tag: str | None = None) -> float:
         return sum(r.seconds for r in self._select(op, tag))

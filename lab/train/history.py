@@ -14,6 +14,7 @@ class History:
     world_size: int
     loss: list[float] = field(default_factory=list)      # training loss, mean over ranks
     bytes: list[int] = field(default_factory=list)       # bytes rank 0 handed to the network
+    recv_bytes: list[int] = field(default_factory=list)  # bytes that reached rank 0 from peers
     compute_s: list[float] = field(default_factory=list)  # forward + backward (measured)
     codec_s: list[float] = field(default_factory=list)   # compress/decompress (measured)
     comm_s: list[float] = field(default_factory=list)    # in collectives (measured, incl. emulation)
@@ -65,6 +66,7 @@ class History:
             "final_loss": round(float(np.mean(self.loss[-5:])), 4) if self.loss else None,
             "test_acc": round(self.final_acc, 4),
             "bytes/step": int(self.bytes_per_step),
+            "recv bytes/step": int(np.mean(self.recv_bytes)) if self.recv_bytes else 0,
             "compute ms/step": round(1e3 * float(np.mean(self.compute_s)), 2),
             "codec ms/step": round(1e3 * float(np.mean(self.codec_s)), 2),
             "comm ms/step": round(1e3 * float(np.mean(self.comm_s)), 2),

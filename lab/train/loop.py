@@ -82,6 +82,7 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> H
         wire = sum(r.seconds for r in recs)
         h.loss.append(float(loss.detach()))
         h.bytes.append(sum(r.bytes for r in recs))
+        h.recv_bytes.append(sum(r.recv_bytes for r in recs))
         h.compute_s.append(t1 - t0)
         h.comm_s.append(wire)
         h.codec_s.append(max(0.0, (t2 - t1) - wire))
