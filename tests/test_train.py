@@ -101,3 +101,13 @@ def test_history_round_trips_through_json(tmp_path):
     back = History.from_json(tmp_path / "h.json")
     assert back == h and back.time_to(0.85) == pytest.approx(0.6) and back.time_to(0.95) == float("inf")
     assert json.loads((tmp_path / "h.json").read_text())["world_size"] == 2
+
+
+def test_the_same_entry_point_runs_under_torchrun(tmp_path):
+    out = tmp_path / "tr"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    r = subprocess.run(torchrun + ["-m", "lab", "train", "--steps", "6", "--compressor", "fp16",
+                                   "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    h = History.from_json(out / "history.json")
+    assert h.world_size == 2 and h.steps == 6 and h.bytes[0] > 0 and len(h.rank_bytes) == 2

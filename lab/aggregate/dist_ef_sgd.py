@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..compress.base import check_finite
-from ..compress.qsgd import check_int
+from ..compress.base import check_int
 from ..compress.sign import sign_bits, signs_from_bits
 from .base import Aggregator, register
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..compress.base import check_finite
-from ..compress.qsgd import check_int
+from ..compress.base import check_int
 from ..compress.terngrad import check_clip, clip_sigma, ternarize
 from .base import Aggregator, register
 

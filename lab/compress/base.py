@@ -38,6 +38,17 @@ def check_finite(tensor: torch.Tensor, who: str) -> None:
         raise FloatingPointError(f"{who}: input tensor contains NaN or Inf; refusing to compress")
 
 
+def check_int(name: str, value, minimum: int = 1, allow_none: bool = False):
+    """Validate an integer argument, naming it in the error (bools are not ints here)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
 class Compressor:
     """Base class: subclasses implement :meth:`encode` and :meth:`decompress`.
 

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, check_int, register
 from .error_feedback import ErrorFeedback
 from .packing import pack_bits, unpack_bits
-from .qsgd import check_int
 
 
 @dataclass(frozen=True)

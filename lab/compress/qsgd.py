@@ -17,19 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, check_int, register
 from .packing import pack_bits, pack_uint, unpack_bits, unpack_uint
-
-
-def check_int(name: str, value, minimum: int = 1, allow_none: bool = False):
-    """Validate an integer argument, naming it in the error (bools are not ints here)."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator):

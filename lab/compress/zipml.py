@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, check_int, register
 from .packing import pack_uint, unpack_uint
-from .qsgd import check_int
 
 
 def optimal_points(x: torch.Tensor, levels: int, candidates: int) -> torch.Tensor:
