@@ -13,10 +13,15 @@ from .comm import AlphaBeta, Collective, CommLedger, Network  # noqa: E402
 from .runtime import LaunchError, RankContext, launch  # noqa: E402
 
 
-def __getattr__(name):  # the training stack is imported on first use only
-    if name in ("TrainConfig", "History", "train", "train_many"):
-        from . import train
-        return getattr(train, name)
+_SUBMODULES = ("aggregate", "bench", "compress", "data", "hooks", "models", "nb", "train", "viz")
+
+
+def __getattr__(name):  # submodules and the training stack are imported on first use only
+    import importlib
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in ("TrainConfig", "History", "train_many"):
+        return getattr(importlib.import_module(f"{__name__}.train"), name)
     raise AttributeError(f"module 'lab' has no attribute {name!r}")
 
 

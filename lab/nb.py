@@ -47,7 +47,7 @@ def show_source(obj) -> None:
     display(Code(inspect.getsource(obj), language="python"))
 
 
-def execute(path, timeout: int = 600) -> float:
+def execute(path, timeout: int = 300) -> float:
     """Run a notebook top to bottom in place (as the book stores it); returns seconds."""
     import pathlib
     import time

@@ -109,3 +109,15 @@ def test_bit_packing_is_exact_and_tight():
     with pytest.raises(ValueError, match="bits"):
         pack_uint(torch.tensor([4]), 2)
     assert index_dtype(10) == torch.int32 and index_dtype(2 ** 31) == torch.int64
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if make(n).fixed_size])
+def test_declared_fixed_size_payloads_do_not_depend_on_the_values(name):
+    """Peers skip the size exchange for these codecs, so the sizes must really be fixed."""
+    sizes = set()
+    for seed, scale in [(0, 1.0), (1, 1e-3), (2, 1e3)]:
+        g = _grad(seed=seed) * scale
+        g[:100] = 0.0  # zeros and ties too
+        payload, _ = make(name).compress(g, key="w")
+        sizes.add(tuple(t.numel() for t in payload))
+    assert len(sizes) == 1

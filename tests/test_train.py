@@ -33,6 +33,17 @@ def test_many_configs_in_one_launch_and_fp16_halves_the_bytes():
     assert fp32.final_acc > 0.6
 
 
+def test_aggregators_with_their_own_compression_train_from_a_config():
+    cfgs = [CFG.with_(aggregator=a, lr=lr, steps=10, eval_every=0)
+            for a, lr in [("majority_vote", 0.01), ("signum", 0.01), ("dist_ef_sgd", 0.1),
+                          ("terngrad_shared", 0.1)]]
+    hs = train_many(cfgs, 2)
+    assert [h.name for h in hs] == ["majority_vote", "signum", "dist_ef_sgd", "terngrad_shared"]
+    assert all(h.loss[-1] < h.loss[0] and h.bytes[0] > 0 for h in hs)
+    with pytest.raises(ValueError, match="does its own compression"):
+        CFG.with_(aggregator="majority_vote", compressor="topk")
+
+
 def test_every_model_trains_a_few_steps_on_its_data():
     for model, data in [("cnn", "digits"), ("vgg", "digits"), ("resnet", "digits"),
                         ("linear", "linreg"), ("mlp", "blobs"), ("gpt", "text")]:
@@ -100,6 +111,7 @@ def test_history_round_trips_through_json(tmp_path):
     h.to_json(tmp_path / "h.json")
     back = History.from_json(tmp_path / "h.json")
     assert back == h and back.time_to(0.85) == pytest.approx(0.6) and back.time_to(0.95) == float("inf")
+    assert back.time_to(0.85, clock="modeled") == pytest.approx(0.2)
     assert json.loads((tmp_path / "h.json").read_text())["world_size"] == 2
 
 

@@ -25,6 +25,7 @@ class Aggregator:
     """
 
     name = "base"
+    uses_compressor = False  # True: takes a codec from the config (``compressor=``)
 
     def __init__(self, comm: Collective, compressor: Compressor | None = None,
                  layerwise: bool = False):

@@ -28,6 +28,7 @@ class CompressedExchange(Aggregator):
     """
 
     name = "compressed"
+    uses_compressor = True
 
     def __init__(self, comm, compressor=None, layerwise=False):
         if compressor is None:
@@ -41,7 +42,8 @@ class CompressedExchange(Aggregator):
             summed = self.comm.allreduce_payload(payload, tag="grad")
             total = c.decompress(summed, ctx)
         else:
-            gathered = self.comm.allgather_payload(payload, tag="grad")
+            gathered = self.comm.allgather_payload(payload, tag="grad",
+                                                   same_size=c.fixed_size)
             total = torch.zeros_like(tensor)
             for p in gathered:
                 total += c.decompress(p, ctx)

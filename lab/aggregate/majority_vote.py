@@ -33,7 +33,7 @@ class MajorityVote(Aggregator):
         """Allgather this rank's signs of ``tensor``; return sign(sum of votes) in its dtype."""
         payload, ctx = self.compressor.compress(tensor, key)
         votes = torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
-        for p in self.comm.allgather_payload(payload, tag="signs"):
+        for p in self.comm.allgather_payload(payload, tag="signs", same_size=True):
             votes += self.compressor.decompress(p, (ctx[0], torch.float32, ctx[2]))
         return torch.sign(votes).to(tensor.dtype)
 

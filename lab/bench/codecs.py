@@ -19,8 +19,15 @@ def _best(fn, repeats: int) -> float:
 
 
 def run(names=None, sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 3, threads: int = 1) -> list[dict]:
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    names = names or [n for n in compress.names() if n != "ef"]
+    try:
+        return _run(names or [n for n in compress.names() if n != "ef"], sizes, repeats)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(names, sizes, repeats) -> list[dict]:
     rows = []
     for n in sizes:
         g = torch.randn(n, generator=torch.Generator().manual_seed(0))

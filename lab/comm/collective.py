@@ -54,8 +54,8 @@ class Collective:
             left = modeled - (time.perf_counter() - start)
             if left > 0:
                 time.sleep(left)
-        seconds = time.perf_counter() - start
         solo = self.world_size == 1
+        seconds = 0.0 if solo else time.perf_counter() - start
         self.ledger.add(op, tag, 0 if solo else nbytes, seconds, modeled,
                         0 if solo else (nbytes if recv is None else recv))
         return out
@@ -114,15 +114,20 @@ class Collective:
                   recv=(self.world_size - 1) * _nbytes(padded))
         return [o[: int(n)].to(t.device) for o, n in zip(outs, sizes[:, 0])]
 
-    def allgather_payload(self, payload: Sequence[torch.Tensor], tag: str = "") -> list[tuple]:
+    def allgather_payload(self, payload: Sequence[torch.Tensor], tag: str = "",
+                          same_size: bool = False) -> list[tuple]:
         """Allgather a codec payload (a tuple of tensors of any dtypes and sizes) in one data
-        call: the parts are laid end to end as bytes; a small size exchange comes first."""
+        call: the parts are laid end to end as bytes. A small size exchange comes first,
+        unless ``same_size`` says every rank's parts have this rank's sizes."""
         parts = [self._wire(p).reshape(-1) for p in payload]
         lengths = [_nbytes(p) for p in parts]
         if self.world_size == 1:
             self._run("allgather", tag, 0, lambda: None)
             return [tuple(p.clone() for p in payload)]
-        sizes = self._gather_sizes(lengths, tag)  # (world, parts) in bytes
+        if same_size:
+            sizes = torch.tensor([lengths] * self.world_size, dtype=torch.int64)
+        else:
+            sizes = self._gather_sizes(lengths, tag)  # (world, parts) in bytes
         buf = torch.cat([p.view(torch.uint8) for p in parts]) if parts else torch.zeros(0, dtype=torch.uint8)
         longest = int(sizes.sum(dim=1).max())
         padded = torch.cat([buf, buf.new_zeros(longest - buf.numel())])

@@ -133,8 +133,7 @@ class AlphaBeta:
         A, t = np.asarray(rows, float), np.asarray(ts, float)
         if len(t) < 2:
             raise ValueError("fit needs at least two samples")
+        from scipy.optimize import nnls
         w = 1.0 / np.maximum(t, 1e-9)
-        (a, b), *_ = np.linalg.lstsq(A * w[:, None], t * w, rcond=None)
-        if a < 0 or b < 0:  # fall back to a non-negative fit along one axis
-            a, b = max(a, 0.0), max(b, 0.0)
+        (a, b), _ = nnls(A * w[:, None], t * w)  # non-negative least squares: a, b >= 0
         return cls(float(a), float(b))

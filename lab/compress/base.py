@@ -62,6 +62,7 @@ class Compressor:
     allreduce_compatible = False
     shared_randomness = False
     stateful = False
+    fixed_size = False  # payload sizes depend only on the tensor's size: peers need no size exchange
 
     def __init__(self, seed: int = 0):
         if not isinstance(seed, int):

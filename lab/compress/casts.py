@@ -14,6 +14,7 @@ _FP16_MAX = torch.finfo(torch.float16).max
 
 
 class _Cast(Compressor):
+    fixed_size = True
     allreduce_compatible = True
     wire_dtype: torch.dtype | None = None  # None: send in the input's own dtype
 

@@ -6,6 +6,8 @@ velocity u and accumulation v starting at zero:
 
 - local gradient clipping (Sec. 3.2): clip this rank's gradient to norm ``clip_norm * N^-1/2``
   (N = world size) before accumulating, so the N summed gradients respect ``clip_norm``;
+  the paper clips layer by layer: with ``lab.train`` that means ``layerwise=True``, otherwise
+  the codec sees (and clips) the whole flattened gradient at once;
 - momentum correction (Sec. 3.2): u <- m u + g;  v <- v + u  (without it: v <- v + g);
 - sparsification (Sec. 3.1): send the top ``density`` of |v| (exact, or the sampled threshold of
   Sec. 5, see :mod:`lab.compress.topk_sampled`), then clear v where sent;

@@ -38,6 +38,7 @@ class ErrorFeedback(Compressor):
         # compatibility carries over.
         self.allreduce_compatible = self.inner.allreduce_compatible
         self.shared_randomness = self.inner.shared_randomness
+        self.fixed_size = self.inner.fixed_size
         super().__init__(seed=self.inner.seed)
 
     def bind(self, rank: int, world_size: int) -> "ErrorFeedback":

@@ -36,6 +36,7 @@ def _bucket_ids(numel: int, bucket: int, device) -> torch.Tensor:
 @register("onebit")
 class OneBit(Compressor):
     """1-bit quantiser with mean-of-positives / mean-of-negatives reconstruction."""
+    fixed_size = True
 
     name = "onebit"
 

@@ -47,6 +47,7 @@ def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torc
 @register("qsgd")
 class QSGD(Compressor):
     """QSGD with ``s`` levels and buckets of ``bucket_size`` values (None: one bucket)."""
+    fixed_size = True
 
     name = "qsgd"
 

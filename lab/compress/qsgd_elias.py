@@ -77,6 +77,7 @@ def elias_gamma_decode_qsgd(stream: torch.Tensor):
 @register("qsgd_elias")
 class QSGDElias(QSGD):
     """QSGD whose nonzero (gap, sign, level) triples are Elias-gamma coded into a bit stream."""
+    fixed_size = False  # the Elias stream has a data-dependent length
 
     name = "qsgd_elias"
 

@@ -43,6 +43,7 @@ def distinct_indices(n: int, k: int, generator: torch.Generator) -> torch.Tensor
 @register("randomk")
 class RandomK(SparseCodec):
     """Random-k with a private per-rank seed; ``scale=True`` multiplies kept values by n/k."""
+    fixed_size = True
 
     name = "randomk"
 

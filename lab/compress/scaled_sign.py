@@ -25,6 +25,7 @@ from .sign import sign_bits, signs_from_bits
 @register("scaled_sign")
 class ScaledSign(Compressor):
     """``(||x||_1 / d) * sign(x)``: the sign, rescaled so that its l1 norm equals x's."""
+    fixed_size = True
 
     name = "scaled_sign"
 

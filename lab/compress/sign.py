@@ -29,6 +29,7 @@ def signs_from_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
 @register("sign")
 class Sign(Compressor):
     """Send ``sign(x)`` as packed bits; decode to +-1 in the requested dtype."""
+    fixed_size = True
 
     name = "sign"
 

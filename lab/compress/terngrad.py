@@ -61,6 +61,7 @@ def check_clip(clip) -> float | None:
 @register("terngrad")
 class TernGrad(Compressor):
     """Ternary stochastic quantiser with a per-tensor scaler and optional c-sigma clipping."""
+    fixed_size = True
 
     name = "terngrad"
 

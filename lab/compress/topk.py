@@ -139,6 +139,7 @@ class SparseCodec(Compressor):
 @register("topk")
 class TopK(SparseCodec):
     """Exact Top-k by magnitude (``density`` or ``k``; see the module docstring)."""
+    fixed_size = True
 
     name = "topk"
 

@@ -151,7 +151,8 @@ def _collect(procs, q, world_size, timeout, progress) -> list:
         # a signal is a cause; an exit code is more likely an echo
         rank, code = min(deaths.items(), key=lambda rc: (not (rc[1] or 0) < 0, rc[0]))
         how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exited with code {code} without returning a result")
+               else f"exited with code {code} without returning a result (if you launched "
+                    f"from a script, put the launching code under `if __name__ == '__main__':`)")
         raise LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended")
     if errors:
         _, rank, tb = min(errors)

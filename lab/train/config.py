@@ -25,7 +25,8 @@ class TrainConfig:
     error_feedback: bool = False  # wrap the compressor in ErrorFeedback
     aggregator: str = "auto"      # "auto": dense allreduce without a codec, else "compressed"
     aggregator_kw: dict = field(default_factory=dict)
-    layerwise: bool = False       # compress tensor by tensor instead of one flat vector
+    layerwise: bool | None = None  # tensor by tensor (True) or one flat vector (False);
+                                   # None: the aggregator's own default
     network: Any = None           # None, a Network, a preset ("1gbps") or "100Mbps,2ms"
     eval_every: int = 20          # evaluate on held-out data every n steps (0: only at the end)
     seed: int = 0
@@ -40,6 +41,11 @@ class TrainConfig:
         compress.REGISTRY.check(self.compressor, "compressor")
         if self.aggregator != "auto":
             aggregate.REGISTRY.check(self.aggregator, "aggregator")
+            takes = aggregate.REGISTRY.get(self.aggregator).uses_compressor
+            if not takes and (self.compressor != "none" or self.error_feedback):
+                raise ValueError(f"aggregator={self.aggregator!r} does its own compression; "
+                                 f"leave compressor='none' and error_feedback=False (got "
+                                 f"compressor={self.compressor!r})")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         for name in ("steps", "batch_size"):
@@ -65,6 +71,8 @@ class TrainConfig:
     def name(self) -> str:
         if self.label:
             return self.label
+        if self.aggregator not in ("auto", "compressed", "allreduce"):
+            return self.aggregator
         kw = ",".join(f"{k}={v}" for k, v in self.compressor_kw.items())
         ef = "+ef" if self.error_feedback else ""
         return f"{self.compressor}{ef}" + (f"({kw})" if kw else "")
@@ -77,6 +85,7 @@ class TrainConfig:
         d = dataclasses.asdict(self)
         net = self.net
         d["network"] = None if net is None else net.label
+        d["name"] = self.name
         return d
 
     def check_workers(self, workers: int) -> None:

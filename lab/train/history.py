@@ -28,7 +28,8 @@ class History:
     # -- derived -------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return self.config.get("label") or self.config.get("compressor", "run")
+        c = self.config
+        return c.get("label") or c.get("name") or c.get("compressor", "run")
 
     @property
     def steps(self) -> int:
@@ -44,9 +45,19 @@ class History:
         """Cumulative measured time at the end of each step."""
         return np.cumsum(self.step_s)
 
-    def time_to(self, target_acc: float) -> float:
-        """Measured seconds until held-out accuracy first reaches ``target_acc`` (inf if never)."""
-        clock = self.clock
+    @property
+    def modeled_clock(self) -> np.ndarray:
+        """Cumulative time if communication took exactly its alpha-beta time on the network
+        (compute and codec as measured): free of this machine's loopback floor."""
+        return np.cumsum(np.asarray(self.compute_s) + np.asarray(self.codec_s)
+                         + np.asarray(self.modeled_comm_s))
+
+    def time_to(self, target_acc: float, clock: str = "measured") -> float:
+        """Seconds until held-out accuracy first reaches ``target_acc`` (inf if never), on the
+        ``"measured"`` or the ``"modeled"`` clock."""
+        if clock not in ("measured", "modeled"):
+            raise ValueError(f"clock must be 'measured' or 'modeled', got {clock!r}")
+        clock = self.clock if clock == "measured" else self.modeled_clock
         for s, a in zip(self.eval_step, self.test_acc):
             if a >= target_acc:
                 return float(clock[min(s, len(clock)) - 1]) if s > 0 else 0.0

@@ -34,8 +34,12 @@ def build(cfg: TrainConfig, comm: Collective, device: torch.device):
     name = cfg.aggregator
     if name == "auto":
         name = "allreduce" if cfg.compressor == "none" and not cfg.error_feedback else "compressed"
-    agg = aggregate.make(name, comm=comm, compressor=codec, layerwise=cfg.layerwise,
-                         **cfg.aggregator_kw)
+    kw = dict(cfg.aggregator_kw)
+    if cfg.layerwise is not None:
+        kw["layerwise"] = cfg.layerwise
+    if aggregate.REGISTRY.get(name).uses_compressor:
+        kw["compressor"] = codec
+    agg = aggregate.make(name, comm=comm, **kw)
     return data, model, params, opt, agg
 
 
