@@ -18,7 +18,8 @@ def main(argv=None) -> int:
         from .launch import run
         print_rows(run(repeats=2 if a.quick else 3), "launch time, 4 ranks")
     if want("collectives"):
-        from .collectives import fit, overhead
+        from .collectives import bookkeeping_us, fit, overhead
+        print(f"\nlab.comm bookkeeping per call (timing + ledger record): {bookkeeping_us():.2f} us")
         print_rows(overhead(iters=50 if a.quick else 200), "lab.comm allreduce vs raw torch.distributed (2 ranks)")
         ab, rows = fit(repeats=3 if a.quick else 5)
         print_rows(rows, "collective sweep (gloo, loopback)")

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass
-class CommRecord:
+class CommRecord(NamedTuple):
+    """One collective call. A tuple of plain numbers and strings: the garbage collector stops
+    tracking it, so a ledger of many thousand records costs nothing at each collection."""
+
     op: str            # "allreduce", "allgather", "broadcast", "send", ...
     tag: str           # what the caller says it is ("grad", "indices", ...)
     bytes: int         # bytes this rank handed to torch.distributed in this call
@@ -56,7 +59,7 @@ class CommLedger:
         self.records.clear()
 
     def to_dicts(self) -> list[dict]:
-        return [asdict(r) for r in self.records]
+        return [r._asdict() for r in self.records]
 
     def _select(self, op, tag):
         return [r for r in self.records if (op is None or r.op == op) and (tag is None or r.tag == tag)]
