@@ -5,7 +5,7 @@ Importing ``lab`` starts nothing: no process group, no threads. The curated name
 - :func:`launch` runs a function in N real processes (``lab.runtime``);
 - :class:`Collective`, :class:`Network`, :class:`CommLedger` (``lab.comm``);
 - :mod:`lab.compress` codecs by name (``lab.compress.make("fp16")``);
-- :class:`TrainConfig` and :func:`train` (``lab.train``).
+- :class:`TrainConfig` and ``lab.train.train`` / :func:`train_many` (``lab.train``).
 """
 __version__ = "0.1.0"
 

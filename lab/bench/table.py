@@ -1,17 +1,14 @@
 """Print benchmark rows (a list of dicts) as an aligned table."""
 from __future__ import annotations
 
+from ..textable import format_rows
+
 
 def print_rows(rows: list[dict], title: str = "") -> None:
     if title:
         print(f"\n== {title} ==")
-    if not rows:
-        return
-    cols = list(rows[0])
-    width = {c: max(len(c), *(len(_s(r[c])) for r in rows)) for c in cols}
-    print("  ".join(c.ljust(width[c]) for c in cols))
-    for r in rows:
-        print("  ".join(_s(r[c]).ljust(width[c]) for c in cols))
+    if rows:
+        print(format_rows(rows, cell=_s, rule=False))
 
 
 def _s(v) -> str:

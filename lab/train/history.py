@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..textable import format_rows
+
 
 @dataclass
 class History:
@@ -109,11 +111,4 @@ class History:
 
 def table(histories) -> str:
     """A plain-text table of summaries (one row per run)."""
-    rows = [h.summary() for h in histories]
-    if not rows:
-        return ""
-    cols = list(rows[0])
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    line = "  ".join(c.ljust(width[c]) for c in cols)
-    body = ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
-    return "\n".join([line, "-" * len(line), *body])
+    return format_rows([h.summary() for h in histories])
