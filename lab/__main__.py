@@ -45,6 +45,23 @@ def _train_parser(sub) -> None:
     p.add_argument("--aggregator-kw", nargs="*", metavar="K=V")
     p.add_argument("--layerwise", action="store_true")
     p.add_argument("--network", default=None, help="e.g. 1Gbps, '100Mbps,2ms', 10gbps")
+    p.add_argument("--network-schedule", default=None, metavar="LINK:STEPS ...",
+                   help="a network that changes, e.g. '25Gbps,1ms:50 1Gbps,32ms:50'")
+    p.add_argument("--schedule", default="sync", help="when gradients move (sync, fifo, p3, ...)")
+    p.add_argument("--schedule-kw", nargs="*", metavar="K=V")
+    p.add_argument("--averaging", default="none", help="after the step (none, local, easgd, ...)")
+    p.add_argument("--averaging-kw", nargs="*", metavar="K=V")
+    p.add_argument("--sync", default="allreduce", help="who talks to whom (allreduce, bsp, ssp, ...)")
+    p.add_argument("--sync-kw", nargs="*", metavar="K=V")
+    p.add_argument("--slow-ranks", nargs="*", metavar="RANK=FACTOR",
+                   help="stragglers: rank computes FACTOR times slower, e.g. 1=3.0")
+    p.add_argument("--jitter", type=float, default=0.0,
+                   help="random extra delay per step and rank, uniform in [0, JITTER] seconds")
+    p.add_argument("--byzantine", type=int, default=0, help="how many ranks (the last) attack")
+    p.add_argument("--attack", default="none")
+    p.add_argument("--attack-kw", nargs="*", metavar="K=V")
+    p.add_argument("--model-kw", nargs="*", metavar="K=V")
+    p.add_argument("--data-kw", nargs="*", metavar="K=V")
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=["cpu", "auto", "cuda"])
@@ -59,8 +76,24 @@ def _config(a):
                        compressor_kw=_kv(a.compressor_kw, "--compressor-kw"),
                        error_feedback=a.error_feedback, aggregator=a.aggregator,
                        aggregator_kw=_kv(a.aggregator_kw, "--aggregator-kw"),
-                       layerwise=a.layerwise, network=a.network, eval_every=a.eval_every,
-                       seed=a.seed)
+                       layerwise=a.layerwise or None, network=a.network,
+                       network_schedule=a.network_schedule, eval_every=a.eval_every, seed=a.seed,
+                       schedule=a.schedule, schedule_kw=_kv(a.schedule_kw, "--schedule-kw"),
+                       averaging=a.averaging, averaging_kw=_kv(a.averaging_kw, "--averaging-kw"),
+                       sync=a.sync, sync_kw=_kv(a.sync_kw, "--sync-kw"),
+                       slow_ranks=_slow(a.slow_ranks), jitter=a.jitter, byzantine=a.byzantine,
+                       attack=a.attack, attack_kw=_kv(a.attack_kw, "--attack-kw"),
+                       model_kw=_kv(a.model_kw, "--model-kw"), data_kw=_kv(a.data_kw, "--data-kw"))
+
+
+def _slow(items: list[str] | None) -> dict:
+    out = {}
+    for k, v in _kv(items, "--slow-ranks").items():
+        try:
+            out[int(k)] = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"--slow-ranks takes RANK=FACTOR pairs, got {k}={v}") from None
+    return out
 
 
 def train_command(a) -> int:
@@ -68,7 +101,7 @@ def train_command(a) -> int:
     from .train.loop import _merge, train, train_rank
     try:
         cfg = _config(a)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
@@ -102,28 +135,42 @@ def train_command(a) -> int:
 
 
 def list_command(_a) -> int:
-    from . import aggregate, compress, data, models
+    from . import aggregate, attack, averaging, compress, data, models, schedule, sync
     from .comm import PRESETS
     print("models:      ", ", ".join(models.names()))
     print("data:        ", ", ".join(data.names()))
     print("compressors: ", ", ".join(compress.names()))
     print("aggregators: ", ", ".join(aggregate.REGISTRY.names()))
+    print("schedules:   ", ", ".join(schedule.REGISTRY.names()))
+    print("averaging:   ", ", ".join(averaging.REGISTRY.names()))
+    print("sync modes:  ", ", ".join(sync.REGISTRY.names()))
+    print("attacks:     ", ", ".join(attack.REGISTRY.names()))
     print("networks:    ", ", ".join(f"{k} ({v.label})" for k, v in PRESETS.items()),
           "or e.g. '100Mbps,2ms'")
     return 0
 
 
+# Commands with their own parser: ``python -m lab NAME ...`` calls ``main(argv)`` of the module.
+COMMANDS = {
+    "bench": ("lab.bench.__main__", "benchmarks: python -m lab bench --help"),
+    "pipeline": ("lab.pipeline.cli", "pipeline-parallel training: python -m lab pipeline --help"),
+    "ensemble": ("lab.averaging.ensemble_cli", "train an ensemble on shards, distil it"),
+    "hogwild": ("lab.sync.hogwild_cli", "lock-free shared-memory SGD in several processes"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:
-        from .bench.__main__ import main as bench_main
-        return bench_main(argv[1:])
+    if argv[:1] and argv[0] in COMMANDS:
+        import importlib
+        return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     sub.add_parser("list", help="what can be named in a config")
-    sub.add_parser("bench", help="benchmarks: python -m lab bench --help")
+    for name, (_, text) in COMMANDS.items():
+        sub.add_parser(name, help=text)
     a = parser.parse_args(argv)
     return {"train": train_command, "list": list_command}[a.command](a)
 

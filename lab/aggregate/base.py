@@ -46,6 +46,11 @@ class Aggregator:
         """Average one tensor over ranks (to implement)."""
         raise NotImplementedError
 
+    def info(self) -> dict:
+        """Per-step series for ``History.series`` (collective chosen, density...); called by the
+        training loop once after each step. Default: nothing."""
+        return {}
+
 
 def make(name: str, comm: Collective, **kwargs) -> Aggregator:
     return REGISTRY.make(name, comm=comm, **kwargs)

@@ -1,16 +1,37 @@
-"""``python -m lab bench [launch|collectives|codecs|topk|all]``"""
+"""``python -m lab bench [launch|collectives|codecs|topk|NAME|all] [options]``
+
+The four built-in benchmarks are listed below; any other module ``lab/bench/NAME.py`` with a
+``main(argv)`` function is a benchmark too (``python -m lab bench p3 --json``), so adding a
+benchmark is adding a file.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
 
 from .table import print_rows
 
+BUILTIN = ("launch", "collectives", "codecs", "topk")
+_HELPERS = {"table", "__main__"}
+
+
+def plugins() -> list[str]:
+    """Benchmark modules with their own ``main(argv)`` (besides the built-in four)."""
+    from .. import bench
+    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__)
+                  if m.name not in _HELPERS and m.name not in BUILTIN)
+
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab bench")
-    p.add_argument("what", nargs="?", default="all",
-                   choices=["launch", "collectives", "codecs", "topk", "all"])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] and argv[0] in plugins():
+        out = importlib.import_module(f"{__package__}.{argv[0]}").main(argv[1:])
+        return out if isinstance(out, int) else 0
+    p = argparse.ArgumentParser(prog="python -m lab bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", nargs="?", default="all", choices=[*BUILTIN, *plugins(), "all"])
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     a = p.parse_args(argv)
     want = lambda w: a.what in (w, "all")  # noqa: E731
@@ -30,12 +51,12 @@ def main(argv=None) -> int:
         sizes = (2 ** 16, 2 ** 20) if a.quick else (2 ** 16, 2 ** 20, 2 ** 22)
         print_rows(run(sizes=sizes), "codec throughput (compress + decompress, 1 thread)")
     if want("topk"):
-        try:
-            from .topk import main as topk_main
-        except ImportError:
-            print("topk benchmark not available")
-        else:
-            topk_main()
+        from .topk import main as topk_main
+        topk_main()
+    if a.what == "all":
+        for name in plugins():
+            print(f"\n== {name} (python -m lab bench {name}) ==")
+            importlib.import_module(f"{__package__}.{name}").main(["--quick"] if a.quick else [])
     return 0
 
 

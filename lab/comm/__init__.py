@@ -3,7 +3,7 @@ from . import algorithms, cost
 from .collective import Collective
 from .cost import AlphaBeta
 from .ledger import CommLedger, CommRecord, Stopwatch
-from .network import PRESETS, Network
+from .network import PRESETS, Network, NetworkSchedule
 
-__all__ = ["AlphaBeta", "algorithms", "Collective", "CommLedger", "CommRecord", "Network", "PRESETS",
+__all__ = ["AlphaBeta", "algorithms", "Collective", "CommLedger", "CommRecord", "Network", "NetworkSchedule", "PRESETS",
            "Stopwatch", "cost"]

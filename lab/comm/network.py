@@ -77,6 +77,55 @@ def _fmt_bits(bits_per_s: float) -> str:
     return f"{bits_per_s:g} b/s"
 
 
+class NetworkSchedule:
+    """A network that changes during training: ``"25Gbps,1ms:50 1Gbps,32ms:50"`` means 50 steps
+    on the first link, then 50 on the second; after the last segment the last link stays.
+    Segments may also be given in Python as ``[(network_spec, steps), ...]``."""
+
+    def __init__(self, segments):
+        self.segments: list[tuple[Network, int]] = []
+        for spec, steps in segments:
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+                raise ValueError(f"network_schedule: steps per segment must be a positive int, "
+                                 f"got {steps!r}")
+            net = Network.parse(spec)
+            if net is None:
+                raise ValueError(f"network_schedule: segment {spec!r} names no network")
+            self.segments.append((net, steps))
+        if not self.segments:
+            raise ValueError("network_schedule must have at least one segment")
+
+    def at(self, step: int) -> Network:
+        """The link in force at ``step`` (0-based)."""
+        for net, steps in self.segments:
+            if step < steps:
+                return net
+            step -= steps
+        return self.segments[-1][0]
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{n.label}:{s}" for n, s in self.segments)
+
+    @classmethod
+    def parse(cls, spec) -> "NetworkSchedule | None":
+        if spec is None or isinstance(spec, NetworkSchedule):
+            return spec
+        if isinstance(spec, str):
+            segs = []
+            for part in spec.split():
+                net, sep, steps = part.rpartition(":")
+                if not sep or not steps.isdigit():
+                    raise ValueError(f"network_schedule segment {part!r} not understood: use "
+                                     f"'LINK:STEPS', e.g. '25Gbps,1ms:50 1Gbps,32ms:50'")
+                segs.append((net, int(steps)))
+            return cls(segs)
+        if isinstance(spec, (list, tuple)):
+            return cls(list(spec))
+        raise ValueError(f"network_schedule must be a string or a list of (network, steps), "
+                         f"got {spec!r}")
+
+
 # Named links used across the book: (latency, bandwidth in bits/s).
 PRESETS = {
     "100mbps": Network(1e-3, 100e6 / 8, name="100 Mb/s, 1 ms"),

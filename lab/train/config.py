@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..comm import Network
+from ..comm import Network, NetworkSchedule
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -28,6 +28,18 @@ class TrainConfig:
     layerwise: bool | None = None  # tensor by tensor (True) or one flat vector (False);
                                    # None: the aggregator's own default
     network: Any = None           # None, a Network, a preset ("1gbps") or "100Mbps,2ms"
+    network_schedule: Any = None  # a network that changes: "25Gbps,1ms:50 1Gbps,32ms:50"
+    schedule: str = "sync"        # when gradients move: a name from lab.schedule
+    schedule_kw: dict = field(default_factory=dict)
+    averaging: str = "none"       # after the optimizer step: a name from lab.averaging
+    averaging_kw: dict = field(default_factory=dict)
+    sync: str = "allreduce"       # who talks to whom: a name from lab.sync
+    sync_kw: dict = field(default_factory=dict)
+    slow_ranks: dict = field(default_factory=dict)  # {rank: compute slowdown factor >= 1}
+    jitter: float = 0.0           # random extra delay per step and rank, uniform in [0, jitter] s
+    byzantine: int = 0            # how many ranks (the last ones) run ``attack``
+    attack: str = "none"          # a name from lab.attack
+    attack_kw: dict = field(default_factory=dict)
     eval_every: int = 20          # evaluate on held-out data every n steps (0: only at the end)
     seed: int = 0
     model_kw: dict = field(default_factory=dict)
@@ -35,8 +47,12 @@ class TrainConfig:
     label: str = ""               # a name for tables and plots
 
     def __post_init__(self):
-        from .. import aggregate, compress, data, models
+        from .. import aggregate, attack, averaging, compress, data, models, schedule, sync
         models.REGISTRY.check(self.model, "model")
+        schedule.REGISTRY.check(self.schedule, "schedule")
+        averaging.REGISTRY.check(self.averaging, "averaging")
+        sync.REGISTRY.check(self.sync, "sync")
+        attack.REGISTRY.check(self.attack, "attack")
         data.REGISTRY.check(self.data, "data")
         compress.REGISTRY.check(self.compressor, "compressor")
         if self.aggregator != "auto":
@@ -58,19 +74,49 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
-        for name in ("compressor_kw", "aggregator_kw", "model_kw", "data_kw"):
+        for name in ("compressor_kw", "aggregator_kw", "model_kw", "data_kw", "schedule_kw",
+                     "averaging_kw", "sync_kw", "attack_kw", "slow_ranks"):
             if not isinstance(getattr(self, name), dict):
                 raise TypeError(f"{name} must be a dict, got {type(getattr(self, name)).__name__}")
         Network.parse(self.network)  # raises on a bad spec
+        NetworkSchedule.parse(self.network_schedule)
+        if self.network is not None and self.network_schedule is not None:
+            raise ValueError("give network or network_schedule, not both")
+        for r, f in self.slow_ranks.items():
+            if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+                raise ValueError(f"slow_ranks keys must be rank numbers >= 0, got {r!r}")
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
+                raise ValueError(f"slow_ranks[{r}] must be a slowdown factor >= 1, got {f!r}")
+        if isinstance(self.jitter, bool) or not isinstance(self.jitter, (int, float)) \
+                or not self.jitter >= 0:
+            raise ValueError(f"jitter must be a number of seconds >= 0, got {self.jitter!r}")
+        if isinstance(self.byzantine, bool) or not isinstance(self.byzantine, int) \
+                or self.byzantine < 0:
+            raise ValueError(f"byzantine must be an int >= 0, got {self.byzantine!r}")
+        if self.byzantine and self.attack == "none":
+            raise ValueError(f"byzantine={self.byzantine} ranks need an attack (attack='none')")
 
     @property
     def net(self) -> Network | None:
         return Network.parse(self.network)
 
     @property
+    def net_schedule(self) -> NetworkSchedule | None:
+        return NetworkSchedule.parse(self.network_schedule)
+
+    def network_at(self, step: int) -> Network | None:
+        """The emulated link in force at ``step``."""
+        sched = self.net_schedule
+        return sched.at(step) if sched is not None else self.net
+
+    @property
     def name(self) -> str:
         if self.label:
             return self.label
+        for field_, default in (("sync", "allreduce"), ("schedule", "sync"),
+                                ("averaging", "none")):
+            if getattr(self, field_) != default:
+                return getattr(self, field_)
         if self.aggregator not in ("auto", "compressed", "allreduce"):
             return self.aggregator
         kw = ",".join(f"{k}={v}" for k, v in self.compressor_kw.items())
@@ -85,6 +131,9 @@ class TrainConfig:
         d = dataclasses.asdict(self)
         net = self.net
         d["network"] = None if net is None else net.label
+        sched = self.net_schedule
+        d["network_schedule"] = None if sched is None else sched.label
+        d["slow_ranks"] = {str(k): v for k, v in self.slow_ranks.items()}
         d["name"] = self.name
         return d
 
@@ -95,3 +144,12 @@ class TrainConfig:
         if self.batch_size % workers:
             raise ValueError(f"batch_size ({self.batch_size}) must be divisible by workers "
                              f"({workers})")
+        for r in self.slow_ranks:
+            if r >= workers:
+                raise ValueError(f"slow_ranks names rank {r}, but there are only {workers} "
+                                 f"workers (ranks 0..{workers - 1})")
+        if self.byzantine >= workers:
+            raise ValueError(f"byzantine={self.byzantine} must be < workers ({workers}): "
+                             f"rank 0 stays honest")
+        from .. import sync
+        sync.REGISTRY.get(self.sync).check(self, workers)

@@ -26,6 +26,14 @@ class History:
     test_acc: list[float] = field(default_factory=list)
     rank_bytes: list[int] = field(default_factory=list)  # total bytes per rank
     wall_s: float = 0.0
+    # scheme-specific per-step series (collective chosen, staleness, exposed communication...):
+    # name -> one value per step (or per event, as the scheme documents)
+    series: dict = field(default_factory=dict)
+
+    def record(self, info: dict) -> None:
+        """Append one value to each named series."""
+        for k, v in info.items():
+            self.series.setdefault(k, []).append(v)
 
     # -- derived -------------------------------------------------------------------------
     @property

@@ -1,9 +1,12 @@
 """The data-parallel worker loop, and ``train``/``train_many`` that launch it.
 
-Each step: forward and backward on this rank's slice of the global batch (timed as compute),
-then the aggregator averages the gradients over ranks through ``lab.comm`` (timed; the ledger
-splits it into time in collectives and time in the codec), then the optimizer steps. Every
-replica applies the same update, so the models stay identical (synchronous data parallelism).
+Each step, by default (schedule ``sync``): forward and backward on this rank's slice of the
+global batch (timed as compute), then the aggregator averages the gradients over ranks through
+``lab.comm`` (timed; the ledger splits it into time in collectives and time in the codec), then
+the optimizer steps. Every replica applies the same update, so the models stay identical
+(synchronous data parallelism). The named extension points (:mod:`lab.engine`) change when
+gradients move (schedule), what is summed (aggregator), what follows the step (averaging),
+who talks to whom (sync mode), and which ranks are slow or Byzantine.
 """
 from __future__ import annotations
 
@@ -11,11 +14,14 @@ import time
 
 import torch
 
-from .. import aggregate, compress, data as data_mod, models
+from .. import aggregate, attack as attacks, averaging, compress, data as data_mod, models, schedule
+from .. import sync as sync_modes
 from ..comm import Collective, CommLedger
+from ..engine import Engine
 from ..runtime import RankContext, launch
 from .config import TrainConfig
 from .history import History
+from .straggler import Straggler
 
 
 def build(cfg: TrainConfig, comm: Collective, device: torch.device):
@@ -57,56 +63,66 @@ def evaluate(model, data, device) -> tuple[float, float]:
 
 def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> History:
     """Run one config on this rank; returns this rank's History."""
-    comm = Collective(ledger=CommLedger(), network=cfg.net)
-    data, model, params, opt, agg = build(cfg, comm, ctx.device)
-    lossf = models.loss_fn(data.task)
+    mode = sync_modes.REGISTRY.get(cfg.sync)
+    if mode.own_loop:  # a parameter server and its workers: the mode's own loop
+        return mode.run(ctx, cfg, progress_desc)
+    comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
+    e = engine(ctx, cfg, comm)
     h = History(cfg.to_dict(), ctx.world_size)
+    sched = schedule.make(cfg.schedule, e, **cfg.schedule_kw)
     start = time.perf_counter()
-    for step in range(cfg.steps):
-        x, y = data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
-        x, y = x.to(ctx.device), y.to(ctx.device)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        loss = lossf(model(x), y)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"step {step}: loss is {loss.item()} on rank {ctx.rank} "
-                                     f"(lr={cfg.lr} too large?)")
-        loss.backward()
-        _sync(ctx.device)
-        t1 = time.perf_counter()
-        mark = comm.ledger.mark()
-        comm.ledger.step = step
-        grads = agg.aggregate([p.grad for p in params], step)
-        _sync(ctx.device)
-        t2 = time.perf_counter()
-        for p, g in zip(params, grads):
-            p.grad.copy_(g)
-        opt.step()
-        recs = comm.ledger.since(mark)
-        wire = sum(r.seconds for r in recs)
-        h.loss.append(float(loss.detach()))
-        h.bytes.append(sum(r.bytes for r in recs))
-        h.recv_bytes.append(sum(r.recv_bytes for r in recs))
-        h.compute_s.append(t1 - t0)
-        h.comm_s.append(wire)
-        h.codec_s.append(max(0.0, (t2 - t1) - wire))
-        h.modeled_comm_s.append(sum(r.modeled for r in recs))
-        done = step + 1
-        if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
-            if ctx.rank == 0:
-                tl, ta = evaluate(model, data, ctx.device)
-                h.eval_step.append(done)
-                h.test_loss.append(tl)
-                h.test_acc.append(ta)
-        ctx.progress(done, cfg.steps, progress_desc or cfg.name)
+    try:
+        for step in range(cfg.steps):
+            comm.network = cfg.network_at(step)
+            comm.ledger.step = step
+            x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
+            x, y = e.attack.on_batch(x.to(ctx.device), y.to(ctx.device), step)
+            mark = comm.ledger.mark()
+            r = sched.step(step, x, y)
+            info = dict(r.info)
+            info.update(e.averaging.after_step(step))
+            info.update(e.aggregator.info())
+            recs = comm.ledger.since(mark)
+            wire = sum(rec.seconds for rec in recs)
+            h.loss.append(r.loss)
+            h.bytes.append(sum(rec.bytes for rec in recs))
+            h.recv_bytes.append(sum(rec.recv_bytes for rec in recs))
+            h.compute_s.append(r.compute_s)
+            h.comm_s.append(wire if r.comm_s is None else r.comm_s)
+            h.codec_s.append(max(0.0, r.exchange_s - wire) if r.codec_s is None else r.codec_s)
+            h.modeled_comm_s.append(sum(rec.modeled for rec in recs))
+            if info:
+                h.record(info)
+            done = step + 1
+            if done == cfg.steps:
+                sched.close()
+                e.averaging.finish()
+            if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+                if ctx.rank == 0:
+                    tl, ta = evaluate(e.model, e.data, ctx.device)
+                    h.eval_step.append(done)
+                    h.test_loss.append(tl)
+                    h.test_acc.append(ta)
+            ctx.progress(done, cfg.steps, progress_desc or cfg.name)
+    finally:
+        sched.close()
     h.wall_s = time.perf_counter() - start
     h.rank_bytes = [comm.ledger.total_bytes()]
     return h
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def engine(ctx: RankContext, cfg: TrainConfig, comm: Collective) -> Engine:
+    """Everything one rank needs for ``cfg``: model, optimizer, aggregator, straggler, attack,
+    averaging (the named extension points of the loop)."""
+    data, model, params, opt, agg = build(cfg, comm, ctx.device)
+    e = Engine(cfg, ctx.rank, ctx.world_size, ctx.device, comm, data, model, params, opt, agg,
+               models.loss_fn(data.task),
+               straggler=Straggler(cfg.slow_ranks.get(ctx.rank, 1.0), cfg.jitter, cfg.seed,
+                                   ctx.rank))
+    bad = ctx.rank >= ctx.world_size - cfg.byzantine
+    e.attack = attacks.make(cfg.attack, e, bad, **cfg.attack_kw)
+    e.averaging = averaging.make(cfg.averaging, e, **cfg.averaging_kw)
+    return e
 
 
 def train_configs(ctx: RankContext, configs: list[TrainConfig]) -> list[History]:

@@ -19,9 +19,9 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .aggregate.dense import CompressedExchange
-from .comm import Collective
-from .compress import Compressor, ErrorFeedback
+from ..aggregate.dense import CompressedExchange
+from ..comm import Collective
+from ..compress import Compressor, ErrorFeedback
 
 
 class CodecHookState:
