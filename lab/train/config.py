@@ -151,5 +151,12 @@ class TrainConfig:
         if self.byzantine >= workers:
             raise ValueError(f"byzantine={self.byzantine} must be < workers ({workers}): "
                              f"rank 0 stays honest")
-        from .. import sync
-        sync.REGISTRY.get(self.sync).check(self, workers)
+        # every named scheme may refuse a world it cannot run on, before any process starts:
+        # a factory with a ``check(cfg, workers)`` classmethod is asked
+        from .. import aggregate, attack, averaging, schedule, sync
+        for reg, name in ((sync.REGISTRY, self.sync), (schedule.REGISTRY, self.schedule),
+                          (averaging.REGISTRY, self.averaging), (attack.REGISTRY, self.attack),
+                          (aggregate.REGISTRY, None if self.aggregator == "auto" else self.aggregator)):
+            check = getattr(reg.get(name), "check", None) if name is not None else None
+            if check is not None:
+                check(self, workers)
