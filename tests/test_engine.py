@@ -1,0 +1,95 @@
+"""The loop's named extension points: network schedules, stragglers, new config fields, the CLI
+wiring of schedule/averaging/sync/attack, pluggable commands and benchmarks."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lab.comm import Network, NetworkSchedule
+from lab.train import History, TrainConfig, train
+from lab.train.straggler import Straggler
+
+CFG = TrainConfig(model="mlp", data="digits", steps=6, batch_size=32, lr=0.1, eval_every=0)
+
+
+def test_network_schedule_switches_links_by_step_and_keeps_the_last():
+    s = NetworkSchedule.parse("25Gbps,1ms:3 1Gbps,32ms:2")
+    fast, slow = Network.parse("25Gbps,1ms"), Network.parse("1Gbps,32ms")
+    assert [s.at(i) for i in range(7)] == [fast] * 3 + [slow] * 4
+    assert NetworkSchedule.parse([("1gbps", 2), (Network(1e-3, 1e6), 1)]).at(2).bandwidth == 1e6
+    for bad, match in [("1Gbps", "LINK:STEPS"), ("1Gbps:0", "positive"), ("fast:3", "not understood"),
+                       ("", "at least one"), (5, "string or a list")]:
+        with pytest.raises(ValueError, match=match):
+            NetworkSchedule.parse(bad)
+
+
+def test_training_follows_the_network_schedule_in_the_ledger():
+    h = train(CFG.with_(network_schedule="10Gbps,0.1ms:3 100Mbps,1ms:3"), 2)
+    slow, fast = h.modeled_comm_s[3:], h.modeled_comm_s[:3]
+    assert min(slow) > 10 * max(fast) > 0
+    assert h.config["network_schedule"] == "10Gbps,0.1ms:3 100Mbps,1ms:3"
+
+
+def test_straggler_sleeps_its_slowdown_and_draws_reproducible_jitter():
+    s = Straggler(factor=3.0)
+    t0 = time.perf_counter()
+    slept = s.pause(0.02)
+    assert 0.04 <= slept <= time.perf_counter() - t0 + 1e-6
+    assert Straggler().pause(1.0) == 0.0 and not Straggler().active
+    a, b = Straggler(jitter=0.002, seed=1, rank=2), Straggler(jitter=0.002, seed=1, rank=2)
+    assert [a.rng.random() for _ in range(3)] == [b.rng.random() for _ in range(3)]
+    with pytest.raises(ValueError, match="factor"):
+        Straggler(factor=0.5)
+
+
+def test_a_slow_rank_slows_the_synchronous_step():
+    fast, slow = train(CFG, 2), train(CFG.with_(slow_ranks={1: 4.0}), 2)
+    assert slow.loss == pytest.approx(fast.loss, rel=1e-6)  # same math, only later
+    assert sum(slow.step_s) > sum(fast.step_s)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"schedule": "p4"}, "unknown schedule"),
+    ({"averaging": "locall"}, "unknown averaging"),
+    ({"sync": "bps"}, "unknown sync mode"),
+    ({"attack": "nope"}, "unknown attack"),
+    ({"slow_ranks": {1: 0.5}}, r"slow_ranks\[1\]"),
+    ({"slow_ranks": {-1: 2.0}}, "slow_ranks keys"),
+    ({"jitter": -1.0}, "jitter"),
+    ({"byzantine": -1}, "byzantine"),
+    ({"byzantine": 1}, "need an attack"),
+    ({"network": "1gbps", "network_schedule": "1gbps:3"}, "not both"),
+    ({"schedule_kw": [1]}, "schedule_kw must be a dict"),
+])
+def test_bad_extension_point_configs_name_the_argument(kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        TrainConfig(**kw)
+
+
+def test_world_dependent_settings_are_refused_before_launch():
+    with pytest.raises(ValueError, match="slow_ranks names rank 3"):
+        CFG.with_(slow_ranks={3: 2.0}).check_workers(2)
+
+
+def test_history_series_round_trip(tmp_path):
+    h = History({"label": "x"}, 1)
+    h.record({"collective": "ring", "density": 0.01})
+    h.record({"collective": "tree", "density": 0.02})
+    h.to_json(tmp_path / "h.json")
+    assert History.from_json(tmp_path / "h.json").series == {"collective": ["ring", "tree"],
+                                                             "density": [0.01, 0.02]}
+
+
+def test_cli_takes_the_extension_point_flags(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "lab", "train", "--workers", "2", "--steps", "4",
+                        "--slow-ranks", "1=2.0", "--network-schedule", "1Gbps:2 100Mbps:2",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    bad = subprocess.run([sys.executable, "-m", "lab", "train", "--workers", "2", "--slow-ranks",
+                          "2=3.0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "slow_ranks names rank 2" in bad.stderr
+    listing = subprocess.run([sys.executable, "-m", "lab", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    for line in ("schedules:", "averaging:", "sync modes:", "attacks:"):
+        assert line in listing
