@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compress.base import check_finite
-from ..compress.base import check_int
+from ..compress.base import check_finite, check_int, device_generator
 from ..compress.terngrad import check_clip, clip_sigma, ternarize
 from .base import Aggregator, register
 
@@ -48,6 +47,7 @@ class TernGradShared(Aggregator):
         self.clip = check_clip(clip)
         check_int("seed", seed, 0)
         self.generator = torch.Generator().manual_seed(seed + 1_000_003 * comm.rank)
+        self._device_generators = {}  # same seed, drawn where the gradient lives
 
     def reduce(self, tensor, key, step):
         check_finite(tensor, self.name)
@@ -55,8 +55,9 @@ class TernGradShared(Aggregator):
         world = self.comm.world_size
         s = x.abs().max().reshape(1) if x.numel() else x.new_zeros(1)
         self.comm.allreduce(s, op="max", tag="terngrad:scaler")
-        codes = ternarize(x, s, self.generator)              # 0: 0, 1: +1, 2: -1
-        u = torch.where(codes == 2, 0, torch.where(codes == 1, 2, 1))  # t + 1
+        gen = device_generator(self.generator, self._device_generators, x.device)
+        codes = ternarize(x, s, gen).long()                  # 0: 0, 1: +1, 2: -1
+        u = 1 + (codes & 1) - (codes >> 1)                    # t + 1
         width = (2 * world).bit_length()
         words = pack_fields(u, width)
         self.comm.allreduce(words, tag="terngrad:codes")

@@ -26,6 +26,10 @@ def plugins() -> list[str]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["codecs"]:  # its own options: --device, --sizes, --codecs, --json
+        from .codecs import main as codecs_main
+        codecs_main(argv[1:])
+        return 0
     if argv[:1] and argv[0] in plugins():
         out = importlib.import_module(f"{__package__}.{argv[0]}").main(argv[1:])
         return out if isinstance(out, int) else 0
@@ -47,9 +51,8 @@ def main(argv=None) -> int:
         print(f"\nfitted alpha = {ab.alpha * 1e6:.1f} us, beta = {ab.beta * 1e9:.3f} ns/B "
               f"(bandwidth {ab.bandwidth / 1e9:.2f} GB/s)")
     if want("codecs"):
-        from .codecs import run
-        sizes = (2 ** 16, 2 ** 20) if a.quick else (2 ** 16, 2 ** 20, 2 ** 22)
-        print_rows(run(sizes=sizes), "codec throughput (compress + decompress, 1 thread)")
+        from .codecs import main as codecs_main
+        codecs_main(["--quick"] if a.quick else [])
     if want("topk"):
         from .topk import main as topk_main
         topk_main()

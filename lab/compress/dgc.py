@@ -95,8 +95,9 @@ class DGC(SparseCodec):
         else:
             v = v + g
         k = resolve_k(flat.numel(), self.density_at(step))
-        idx = sampled_topk_indices(v, k, self.generator, self.sample) if self.sampled \
-            else topk_indices(v, k, self.generator)
+        gen = self.generator_for(v.device)
+        idx = sampled_topk_indices(v, k, gen, self.sample) if self.sampled \
+            else topk_indices(v, k, gen)
         payload = sparse_payload(v, idx)
         v[idx] = 0          # v is a fresh tensor (v + ...), so this never touches the input
         if self.masking and self.momentum_correction:

@@ -44,7 +44,8 @@ class Drop(SparseCodec):
             idx = torch.empty(0, dtype=torch.int64)
         else:
             keep = 1.0 - self.drop_ratio
-            thr = sampled_threshold(flat, keep, self.sample, self.generator, self.min_sample)
+            thr = sampled_threshold(flat, keep, self.sample, self.generator_for(flat.device),
+                                    self.min_sample)
             # mostly-zero tensors give thr = 0: never send exact zeros
             thr = thr.clamp_min(torch.finfo(flat.dtype).tiny)
             idx = candidates(flat, thr, keep)

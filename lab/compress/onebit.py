@@ -20,17 +20,14 @@ import torch
 
 from .base import Compressor, check_int, register
 from .error_feedback import ErrorFeedback
-from .packing import pack_bits, unpack_bits
+from .packing import expand_bits, pack_bits, unpack_bits
+from .qsgd import as_buckets
 
 
 @dataclass(frozen=True)
 class _Columns:
     """Marks a per-column encoding (passed as the key to encode, kept as the ctx)."""
     rows: int
-
-
-def _bucket_ids(numel: int, bucket: int, device) -> torch.Tensor:
-    return torch.arange(numel, device=device) // bucket
 
 
 @register("onebit")
@@ -71,24 +68,26 @@ class OneBit(Compressor):
     def encode(self, flat, key):
         n = flat.numel()
         bucket = self._bucket(n, key)
-        x = flat.float()
-        pos = x >= 0  # sign(0) = +1, as in lab.compress.sign
-        ids = _bucket_ids(n, bucket, x.device)
-        nb = -(-n // bucket)
-        zero = torch.zeros(nb, device=x.device)
-        s_pos = zero.index_add(0, ids, torch.where(pos, x, 0.0))
-        n_pos = zero.index_add(0, ids, pos.float())
-        s_neg = zero.index_add(0, ids, torch.where(pos, 0.0, x))
-        n_neg = zero.index_add(0, ids, (~pos).float())
+        v = as_buckets(flat.float(), bucket)  # (buckets, bucket), zero padded
+        pad = v.numel() - n
+        pos = v >= 0  # sign(0) = +1, as in lab.compress.sign
+        s_pos = v.clamp(min=0).sum(dim=1)
+        s_neg = v.clamp(max=0).sum(dim=1)
+        n_pos = pos.sum(dim=1)
+        n_neg = bucket - n_pos
+        if pad:  # the last bucket's padding zeros were counted as >= 0: they are not data
+            n_pos[-1] -= pad
         means = torch.stack([s_pos / n_pos.clamp(min=1), s_neg / n_neg.clamp(min=1)], dim=1)
-        return (pack_bits(pos), means.reshape(-1)), None
+        return (pack_bits(pos.reshape(-1)[:n]), means.reshape(-1)), None
 
     def decode(self, payload, ctx, numel, dtype):
         bits, means = payload
-        pos = unpack_bits(bits, numel)
-        ids = _bucket_ids(numel, self._bucket(numel, ctx), bits.device)
         means = means.float().view(-1, 2)
-        return torch.where(pos, means[ids, 0], means[ids, 1]).to(dtype)
+        if means.shape[0] == 1:  # one bucket: read the two means from a byte table
+            return expand_bits(bits, numel, means[0, 0], means[0, 1]).to(dtype)
+        pos = as_buckets(unpack_bits(bits, numel), self._bucket(numel, ctx))
+        out = torch.where(pos, means[:, :1], means[:, 1:])  # the mean of its side, per bucket
+        return out.reshape(-1)[:numel].to(dtype)
 
     def __repr__(self):
         return f"OneBit(bucket_size={self.bucket_size}, per_column={self.per_column})"

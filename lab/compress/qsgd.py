@@ -17,31 +17,72 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, check_int, register
+from .base import Compressor, bernoulli, check_int, register
 from .packing import pack_bits, pack_uint, unpack_bits, unpack_uint
+from .fused import fused
+from .sign import set_sign, signs_from_bits
+
+
+def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
+    """l2 norm of each row, float32, without overflow: ||v|| = m ||v / m||, m = max|v|.
+
+    Squaring 1e30 overflows float32 (the naive norm returns Inf and the codec NaN); scaling
+    first is only needed then, so it runs only when a plain norm came out infinite."""
+    norms = torch.linalg.vector_norm(buckets, dim=1)
+    if not torch.isfinite(norms).all():
+        m = buckets.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
+        norms = (torch.linalg.vector_norm(buckets / m, dim=1, dtype=torch.float64)
+                 * m.reshape(-1).double())
+        if not torch.isfinite(norms.float()).all():
+            raise OverflowError("qsgd: a bucket's l2 norm exceeds the float32 range "
+                                f"({norms.max().item():.3g}); scale the tensor first")
+        norms = norms.float()
+    return norms
+
+
+def as_buckets(x: torch.Tensor, bucket: int) -> torch.Tensor:
+    """``x`` zero-padded to whole buckets, viewed as (buckets, bucket) (no copy if it fits)."""
+    pad = (-x.numel()) % bucket
+    return (torch.cat([x, x.new_zeros(pad)]) if pad else x).view(-1, bucket)
 
 
 def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator):
-    """Return (norms float32 per bucket, levels int64 in [0, s], negative bool) for ``flat``."""
+    """Return (norms float32 per bucket, levels in [0, s], negative bool) for ``flat``.
+
+    Levels are uint8 when s < 256 (int32 beyond). ``generator`` must live on ``flat``'s
+    device (:meth:`Compressor.generator_for`)."""
     x = flat.float()
     n = x.numel()
-    nb = -(-n // bucket)
-    padded = torch.cat([x, x.new_zeros(nb * bucket - n)]).view(nb, bucket)
-    norms = padded.norm(dim=1)
-    ids = torch.arange(n, device=x.device) // bucket
+    v = as_buckets(x, bucket)
+    norms = bucket_norms(v)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))  # an all-zero bucket stays 0
-    r = (x.abs() / safe[ids] * s).clamp(max=s)  # clamp: float rounding may put |v_i| > ||v||
+    wide = torch.uint8 if s < 256 else torch.int32
+    if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the whole chain
+        u = torch.rand(v.shape, generator=generator, device=v.device)
+        levels = stochastic_levels(v, safe[:, None], u, s, wide)
+    else:
+        r = v.abs().div_(safe[:, None]).mul_(s).clamp_(max=s)  # rounding may give |v_i| > ||v||
+        low = r.floor().reshape(-1)[:n]
+        up = bernoulli(r.reshape(-1)[:n].sub_(low), generator)  # P(up) = s|v_i|/||v|| - l
+        levels = low.to(wide).add_(up)  # (Lemma 3.1); random bits for the n values only
+    return norms, levels.reshape(-1)[:n], x < 0
+
+
+@fused
+def stochastic_levels(v, norm, u, s: int, dtype):
+    """Level l + 1 with probability r - l, else l, for r = s |v| / norm (u uniform in [0, 1))."""
+    r = (v.abs() / norm * s).clamp(max=s)
     low = r.floor()
-    u = torch.rand(n, generator=generator).to(x.device)
-    levels = (low + (u < r - low).float()).long().clamp(max=s)
-    return norms, levels, x < 0
+    return (low + (u < r - low).float()).to(dtype)
 
 
 def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torch.Tensor:
-    """float32 values ``norm * sign * level / s``."""
-    ids = torch.arange(numel, device=levels.device) // bucket
-    mag = norms.float()[ids] * levels.float() / s
-    return torch.where(negative, -mag, mag)
+    """float32 values ``norm * sign * level / s`` (``negative``: bool, or packed sign bits)."""
+    mag = as_buckets(levels, bucket).float().mul_(norms.float()[:, None]).div_(s)
+    mag = mag.reshape(-1)[:numel]
+    if negative.dtype == torch.uint8:  # packed: multiply by +-1 read from a byte table
+        return mag * signs_from_bits(~negative, numel)
+    return set_sign(mag.contiguous(), negative)
 
 
 @register("qsgd")
@@ -63,12 +104,14 @@ class QSGD(Compressor):
         return self.bucket_size or max(numel, 1)
 
     def encode(self, flat, key):
-        norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()), self.generator)
+        norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),
+                                      self.generator_for(flat.device))
         return (norms, pack_bits(neg), pack_uint(levels, self.bits)), None
 
     def decode(self, payload, ctx, numel, dtype):
         norms, signs, levels = payload
-        out = dequantize(norms, unpack_uint(levels, numel, self.bits), unpack_bits(signs, numel),
+        levels = unpack_uint(levels, numel, self.bits, torch.uint8 if self.s < 256 else torch.int32)
+        out = dequantize(norms, levels, signs,
                          self.s, self._bucket(numel), numel)
         return out.to(dtype)
 

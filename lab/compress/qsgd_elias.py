@@ -85,7 +85,9 @@ class QSGDElias(QSGD):
         super().__init__(s=s, bucket_size=bucket_size, seed=seed)
 
     def encode(self, flat, key):
-        norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()), self.generator)
+        norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),
+                                      self.generator_for(flat.device))
+        levels = levels.long()
         where = levels.nonzero().reshape(-1)
         gaps = torch.diff(where, prepend=where.new_full((1,), -1))  # 1-based gaps, all >= 1
         triples = torch.stack([gaps, neg[where].long(), levels[where]], dim=1)

@@ -24,20 +24,21 @@ from .base import register
 from .topk import SparseCodec, check_density, resolve_k, sparse_payload
 
 
-def distinct_indices(n: int, k: int, generator: torch.Generator) -> torch.Tensor:
+def distinct_indices(n: int, k: int, generator: torch.Generator, device="cpu") -> torch.Tensor:
     """k distinct indices uniform in [0, n), as a uniformly random k-subset.
 
     ``randperm`` costs O(n); for k much smaller than n, draw ~k with replacement, deduplicate
     and top up (rejection), then shuffle the survivors so the k kept are a uniform subset.
     """
     if k * 8 >= n:
-        return torch.randperm(n, generator=generator)[:k]
-    got = torch.empty(0, dtype=torch.int64)
+        return torch.randperm(n, generator=generator, device=device)[:k]
+    got = torch.empty(0, dtype=torch.int64, device=device)
     while got.numel() < k:
-        draw = torch.randint(n, (k - got.numel() + k // 16 + 8,), generator=generator)
+        draw = torch.randint(n, (k - got.numel() + k // 16 + 8,), generator=generator,
+                             device=device)
         got = torch.unique(torch.cat([got, draw]))
     # unique() sorts: a random permutation picks a uniform subset of the (exchangeable) pool
-    return got[torch.randperm(got.numel(), generator=generator)[:k]]
+    return got[torch.randperm(got.numel(), generator=generator, device=device)[:k]]
 
 
 @register("randomk")
@@ -56,7 +57,7 @@ class RandomK(SparseCodec):
     def _select(self, flat):
         n = flat.numel()
         k = resolve_k(n, self.density, self.k)
-        idx = distinct_indices(n, k, self.generator).to(flat.device) if k else \
+        idx = distinct_indices(n, k, self.generator_for(flat.device), flat.device) if k else \
             torch.empty(0, dtype=torch.int64, device=flat.device)
         vals = flat[idx]
         if self.scale and k:

@@ -37,7 +37,7 @@ class ScaledSign(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         bits, scale = payload
-        return (signs_from_bits(bits, numel) * scale.float()).to(dtype)
+        return signs_from_bits(bits, numel, scale.float()).to(dtype)  # +-scale
 
 
 @register("efsgd")

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, bernoulli, register
+from .fused import fused
 from .packing import pack_uint, unpack_uint
-
-_VALUES = torch.tensor([0.0, 1.0, -1.0])  # code -> ternary value
 
 
 def clip_sigma(x: torch.Tensor, c: float | None) -> torch.Tensor:
@@ -36,16 +35,28 @@ def clip_sigma(x: torch.Tensor, c: float | None) -> torch.Tensor:
 
 
 def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Stochastic ternary codes (int64 in {0, 1, 2}) of float32 ``x`` with scaler ``s``."""
+    """Stochastic ternary codes (uint8 in {0: 0, 1: +1, 2: -1}) of float32 ``x`` with scaler
+    ``s``; ``generator`` lives on ``x``'s device. Readable form:
+    ``where(rand < |x|/s, where(x < 0, 2, 1), 0)``; here code = keep << negative."""
     if float(s) == 0.0:
-        return torch.zeros(x.numel(), dtype=torch.int64, device=x.device)
-    u = torch.rand(x.numel(), generator=generator).to(x.device)
-    keep = u < (x.abs() / s)
-    return torch.where(keep, torch.where(x < 0, 2, 1), 0).long()
+        return torch.zeros(x.numel(), dtype=torch.uint8, device=x.device)
+    if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the chain
+        return ternary_codes(x, s, torch.rand(x.shape, generator=generator, device=x.device))
+    keep = bernoulli((x.abs() / s).clamp_(max=1), generator)  # b_i ~ Bernoulli(|g_i| / s)
+    return keep.to(torch.uint8).bitwise_left_shift_((x < 0).to(torch.uint8))
+
+
+@fused
+def ternary_codes(x, s, u):
+    """Codes keep << negative, keep = u < |x| / s (u uniform in [0, 1))."""
+    keep = (u < x.abs() / s).to(torch.uint8)
+    return keep << (x < 0).to(torch.uint8)
 
 
 def ternary_values(codes: torch.Tensor) -> torch.Tensor:
-    return _VALUES.to(codes.device)[codes]
+    """float32 t in {0, +1, -1} for codes {0, 1, 2}: t = (code & 1) - (code >> 1)."""
+    codes = codes.to(torch.uint8)
+    return (codes & 1).float().sub_((codes >> 1).float())
 
 
 def check_clip(clip) -> float | None:
@@ -72,12 +83,12 @@ class TernGrad(Compressor):
     def encode(self, flat, key):
         x = clip_sigma(flat.float(), self.clip)
         s = x.abs().max() if x.numel() else x.new_zeros(())
-        codes = ternarize(x, s, self.generator)
+        codes = ternarize(x, s, self.generator_for(x.device))
         return (s.reshape(1), pack_uint(codes, 2)), None
 
     def decode(self, payload, ctx, numel, dtype):
         s, packed = payload
-        return (ternary_values(unpack_uint(packed, numel, 2)) * s.float()).to(dtype)
+        return ternary_values(unpack_uint(packed, numel, 2, torch.uint8)).mul_(s.float()).to(dtype)
 
     def __repr__(self):
         return f"TernGrad(clip={self.clip})"

@@ -62,7 +62,7 @@ class SampledTopK(SparseCodec):
 
     def encode(self, flat, key):
         k = resolve_k(flat.numel(), self.density, self.k)
-        idx = sampled_topk_indices(flat, k, self.generator, self.sample,
+        idx = sampled_topk_indices(flat, k, self.generator_for(flat.device), self.sample,
                                    self.overshoot, self.min_sample)
         return sparse_payload(flat, idx), None
 

@@ -83,7 +83,8 @@ class Wangni(SparseCodec):
         if n == 0:
             return sparse_payload(flat, torch.empty(0, dtype=torch.int64)), None
         p = wangni_probabilities(flat.abs(), self.budget(n), self.method, self.iters)
-        u = torch.rand(n, generator=self.generator, dtype=torch.float64).to(p.device)
+        u = torch.rand(n, generator=self.generator_for(p.device), dtype=torch.float64,
+                       device=p.device)
         idx = torch.where(u < p)[0]
         vals = (flat[idx].double() / p[idx]).to(flat.dtype)
         return sparse_payload(flat, idx, vals), None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, check_int, register
+from .base import Compressor, bernoulli, check_int, register
 from .packing import pack_uint, unpack_uint
 
 
@@ -62,8 +62,7 @@ def round_to_points(x: torch.Tensor, points: torch.Tensor, generator) -> torch.T
     lo = (torch.searchsorted(points, x, right=True) - 1).clamp(0, points.numel() - 2)
     a, b = points[lo], points[lo + 1]
     p = ((x - a) / (b - a)).clamp(0, 1)
-    u = torch.rand(x.numel(), generator=generator).to(x.device)
-    return lo + (u < p).long()
+    return lo + bernoulli(p, generator)  # up with probability (x - a) / (b - a)
 
 
 @register("zipml")
@@ -85,14 +84,14 @@ class ZipML(Compressor):
         if not x.numel():
             return (x.new_zeros(0), pack_uint(x.new_zeros(0, dtype=torch.int64), self.bits)), None
         points = optimal_points(x.cpu(), self.levels, self.candidates).to(x.device)
-        codes = round_to_points(x, points, self.generator)
+        codes = round_to_points(x, points, self.generator_for(x.device))
         return (points, pack_uint(codes, self.bits)), None
 
     def decode(self, payload, ctx, numel, dtype):
         points, packed = payload
         if not numel:
             return points.new_zeros(0, dtype=dtype)
-        return points.float()[unpack_uint(packed, numel, self.bits)].to(dtype)
+        return points.float()[unpack_uint(packed, numel, self.bits, torch.int32)].to(dtype)
 
     def __repr__(self):
         return f"ZipML(levels={self.levels}, candidates={self.candidates})"

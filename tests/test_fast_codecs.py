@@ -1,0 +1,254 @@
+"""Fast codec paths (issue 8): each equals its readable reference, randomness where the tensor
+lives, no NaN on huge inputs. Speed itself is measured by ``python -m lab bench codecs``."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lab.compress as C
+from lab.compress.base import bernoulli, random_bytes
+from lab.compress.onebit import OneBit
+from lab.compress.packing import (pack_bits, pack_bits_reference, pack_uint, pack_uint_reference,
+                                  unpack_bits, unpack_bits_reference, unpack_uint,
+                                  unpack_uint_reference)
+from lab.compress.qsgd import QSGD, bucket_norms, dequantize, quantize
+from lab.compress.sign import set_sign, signs_from_bits
+from lab.compress.terngrad import ternary_values
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# -- bit packing: fast == reference, bit for bit ----------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1001])
+def test_pack_bits_equals_reference(n, device):
+    m = (torch.rand(n, generator=gen(n)) < 0.5).to(device)
+    fast = pack_bits(m)
+    assert torch.equal(fast.cpu(), pack_bits_reference(m.cpu()))
+    assert torch.equal(unpack_bits(fast, n).cpu(), m.cpu())
+    assert torch.equal(unpack_bits_reference(fast.cpu(), n), m.cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 8, 12, 16, 31, 32])
+def test_pack_uint_equals_reference(bits, device):
+    for n in (0, 1, 5, 333):
+        codes = torch.randint(0, 2 ** bits, (n,), generator=gen(bits + n), dtype=torch.int64)
+        fast = pack_uint(codes.to(device), bits)
+        assert torch.equal(fast.cpu(), pack_uint_reference(codes, bits))
+        assert torch.equal(unpack_uint(fast, n, bits).cpu(), codes)
+        assert torch.equal(unpack_uint_reference(fast.cpu(), n, bits), codes)
+
+
+def test_pack_uint_range_check_holds_for_narrow_dtypes():
+    with pytest.raises(ValueError, match="codes must lie"):
+        pack_uint(torch.tensor([255], dtype=torch.uint8), 7)
+    assert pack_uint(torch.tensor([255], dtype=torch.uint8), 8).item() == 255
+
+
+# -- sign decoding by bit pattern == torch.where -----------------------------------------------
+
+def test_set_sign_equals_where():
+    mag = torch.rand(1000, generator=gen()) * 10
+    mag[::7] = 0.0
+    neg = torch.rand(1000, generator=gen(1)) < 0.5
+    assert torch.equal(set_sign(mag.clone(), neg), torch.where(neg, -mag, mag))
+    bits = pack_bits(neg)
+    assert torch.equal(signs_from_bits(bits, 1000), unpack_bits_reference(bits, 1000).float() * 2 - 1)
+
+
+def test_ternary_values_equal_the_table():
+    codes = torch.tensor([0, 1, 2, 2, 1, 0], dtype=torch.uint8)
+    assert torch.equal(ternary_values(codes), torch.tensor([0.0, 1.0, -1.0])[codes.long()])
+
+
+# -- randomness: bytes uniform, Bernoulli exact (the tie path included) ------------------------
+
+def test_random_bytes_are_uniform():
+    b = random_bytes(256 * 400, gen(), "cpu")
+    counts = torch.bincount(b.long(), minlength=256).double()
+    chi2 = ((counts - 400) ** 2 / 400).sum().item()
+    assert chi2 < 255 + 6 * (2 * 255) ** 0.5  # chi-square with 255 dof, ~6 sigma
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bernoulli_probability_is_exact(device):
+    """P(True) = p, also for p between two multiples of 1/256 (decided by the tie draw)."""
+    n = 400_000
+    g = C.make("qsgd").generator_for(device)
+    for p in (0.0, 1.0, 0.5, 1 / 512, 3.3 / 256, 0.7):
+        got = bernoulli(torch.full((n,), p, device=device), g).float().mean().item()
+        sigma = (p * (1 - p) / n) ** 0.5
+        assert abs(got - p) <= 5 * sigma + 1e-12, (p, got)
+
+
+# -- qsgd: same deterministic part as the plain formula; huge inputs ---------------------------
+
+def test_qsgd_levels_round_the_reference_ratio():
+    """levels are floor(r) or floor(r) + 1, r = s |v_i| / ||v|| computed the plain way."""
+    x = torch.randn(5000, generator=gen())
+    s, bucket = 7, 512
+    norms, levels, neg = quantize(x, s, bucket, gen())
+    ids = torch.arange(x.numel()) // bucket
+    ref_norms = torch.stack([c.norm() for c in x.split(bucket)])
+    assert torch.allclose(norms, ref_norms, rtol=1e-6)
+    r = (x.abs() / norms[ids] * s).clamp(max=s)
+    d = levels.long() - r.floor().long()
+    assert set(d.unique().tolist()) <= {0, 1}
+    assert torch.equal(neg, x < 0)
+    out = dequantize(norms, levels, neg, s, bucket, x.numel())
+    ref = torch.where(neg, -1.0, 1.0) * norms[ids] * levels.float() / s
+    assert torch.allclose(out, ref, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("name", ["qsgd", "qsgd_elias"])
+def test_qsgd_huge_inputs_give_no_nan(name):
+    """||v||^2 of 1e30-sized values overflows float32: the norm is scaled first (issue 8)."""
+    x = torch.randn(2000, generator=gen()) * 1e30
+    codec = C.make(name)
+    y = codec.decompress(*codec.compress(x))
+    assert torch.isfinite(y).all()
+    # a real quantisation, not garbage: Lemma 3.1's variance bound, with a factor 2 of slack
+    err, size = (((y - x) / 1e30) ** 2).sum(), ((x / 1e30) ** 2).sum()
+    n, s = codec.bucket_size, codec.s
+    assert err <= 2 * min(n / s ** 2, n ** 0.5 / s) * size
+    norms = bucket_norms(x.view(-1, 500))
+    ref = torch.stack([(c.double() ** 2).sum().sqrt() for c in x.view(-1, 500)]).float()
+    assert torch.allclose(norms, ref, rtol=1e-5)
+
+
+def test_qsgd_norm_beyond_float32_is_refused():
+    x = torch.full((4,), 3e38)
+    with pytest.raises(OverflowError, match="exceeds the float32 range"):
+        QSGD(bucket_size=None).compress(x)
+
+
+# -- onebit: the bucketed sums equal the index_add reference -----------------------------------
+
+@pytest.mark.parametrize("bucket", [None, 100, 64])
+def test_onebit_means_equal_reference(bucket):
+    x = torch.randn(1000, generator=gen())
+    codec = OneBit(bucket_size=bucket)
+    payload, ctx = codec.compress(x)
+    b = bucket or x.numel()
+    ids = torch.arange(x.numel()) // b
+    nb = int(ids[-1]) + 1
+    pos = x >= 0
+    ref = []
+    for side in (pos, ~pos):
+        s = torch.zeros(nb).index_add(0, ids, torch.where(side, x, 0.0))
+        c = torch.zeros(nb).index_add(0, ids, side.float())
+        ref.append(s / c.clamp(min=1))
+    assert torch.equal(payload[0], pack_bits_reference(pos))
+    assert torch.allclose(payload[1].view(-1, 2), torch.stack(ref, 1), rtol=1e-5, atol=1e-7)
+    out = codec.decompress(payload, ctx)
+    means = payload[1].view(-1, 2)
+    assert torch.equal(out, torch.where(pos, means[ids, 0], means[ids, 1]))
+
+
+# -- casts: one check on the output still catches everything -----------------------------------
+
+def test_casts_check_their_output():
+    with pytest.raises(OverflowError, match="fp16"):
+        C.make("fp16").compress(torch.tensor([1.0, 7e4]))
+    with pytest.raises(FloatingPointError, match="NaN or Inf"):
+        C.make("bf16").compress(torch.tensor([1.0, float("nan")]))
+    x = torch.randn(100, generator=gen())
+    for name, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        payload, ctx = C.make(name).compress(x)
+        assert torch.equal(payload[0], x.to(dt))
+
+
+# -- devices: a generator per device, seeded like the CPU one ----------------------------------
+
+def test_cpu_generator_is_the_codec_generator():
+    c = C.make("qsgd", seed=3).bind(rank=2, world_size=4)
+    assert c.generator_for("cpu") is c.generator
+    assert c.generator.initial_seed() == 3 + 2 * 1_000_003
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml", "randomk", "randomk_shared",
+                                  "wangni", "topk", "topk_sampled", "onebit", "sign", "fp16"])
+def test_cuda_payloads_same_size_and_on_device(name):
+    x = torch.randn(100_000, generator=gen())
+    codec = C.make(name)
+    cpu_payload, _ = codec.compress(x)
+    payload, ctx = codec.compress(x.cuda())
+    assert all(t.device.type == "cuda" for t in payload)
+    if codec.fixed_size:
+        assert C.wire_bytes(payload) == C.wire_bytes(cpu_payload)
+    assert codec.decompress(payload, ctx).device.type == "cuda"
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_shared_randomness_is_shared_and_private_is_private():
+    x = torch.randn(50_000, generator=gen()).cuda()
+    a, b = (C.make("randomk_shared").bind(r, 2) for r in (0, 1))
+    assert torch.equal(a.compress(x)[1][2], b.compress(x)[1][2])  # same indices
+    p, q = (C.make("qsgd").bind(r, 2) for r in (0, 1))
+    assert a.generator_for("cuda").initial_seed() == b.generator_for("cuda").initial_seed()
+    assert p.generator_for("cuda").initial_seed() != q.generator_for("cuda").initial_seed()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_topk_is_exact():
+    x = torch.randn(1_000_000, generator=gen()).cuda()
+    payload, _ = C.make("topk", density=0.01).compress(x)
+    ref = torch.topk(x.abs(), 10_000).values
+    assert torch.equal(payload[0].abs().sort().values, ref.sort().values)
+
+
+# -- fused GPU cores: equal to their eager reference -------------------------------------------
+
+def test_stochastic_levels_reference_is_the_plain_rule():
+    from lab.compress.qsgd import stochastic_levels
+    v = torch.randn(64, 512, generator=gen())
+    norm = v.norm(dim=1, keepdim=True)
+    u = torch.rand(v.shape, generator=gen(1))
+    r = (v.abs() / norm * 15).clamp(max=15)
+    want = r.floor() + (u < r - r.floor()).float()
+    assert torch.equal(stochastic_levels(v, norm, u, 15, torch.uint8), want.to(torch.uint8))
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_fused_levels_equal_eager_on_cuda():
+    from lab.compress.qsgd import stochastic_levels
+    v = torch.randn(2048, 512, generator=gen()).cuda()
+    norm = v.norm(dim=1, keepdim=True)
+    u = torch.rand(v.shape, generator=gen(1)).cuda()
+    stochastic_levels(v, norm, u, 15, torch.uint8)  # compiled from the second call on
+    fast = stochastic_levels(v, norm, u, 15, torch.uint8)
+    ref = stochastic_levels.reference(v, norm, u, 15, torch.uint8)
+    assert (fast.int() - ref.int()).abs().max() <= 1
+    assert (fast != ref).float().mean() < 1e-5  # at most a last-ulp difference at a boundary
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_large_packing_equals_reference_on_cuda():
+    n = 2 ** 20 + 5
+    m = torch.rand(n, generator=gen()) < 0.5
+    assert torch.equal(pack_bits(m.cuda()).cpu(), pack_bits_reference(m))
+    assert torch.equal(unpack_bits(pack_bits(m.cuda()), n).cpu(), m)
+    for bits in (2, 4):
+        codes = torch.randint(0, 2 ** bits, (n,), generator=gen(bits))
+        packed = pack_uint(codes.cuda(), bits)
+        assert torch.equal(packed.cpu(), pack_uint_reference(codes, bits))
+        assert torch.equal(unpack_uint(packed, n, bits).cpu(), codes)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_terngrad_unbiased():
+    from lab.compress.terngrad import TernGrad
+    x = torch.randn(2 ** 18, generator=gen()).cuda()
+    codec = TernGrad(clip=None)
+    mean = sum(codec.decompress(*codec.compress(x)) for _ in range(200)) / 200
+    s = x.abs().max()
+    sigma = (s * x.abs() - x ** 2).clamp(min=0).sqrt() / 200 ** 0.5  # per-entry std of the mean
+    assert ((mean - x).abs() <= 6 * sigma + 1e-6).float().mean() > 0.999
