@@ -1,6 +1,7 @@
 """The runner: results by rank, failures surfaced (raise, SIGKILL, hang), no orphans, no clashes."""
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -29,6 +30,29 @@ def _sigkill_mid_collective(ctx):
         os.kill(os.getpid(), signal.SIGKILL)
     ctx.comm.allreduce(torch.ones(1000))
     return ctx.rank
+
+
+def _abort_mid_collective(ctx):
+    if ctx.rank == 1:
+        print("rank 1 about to abort", file=sys.stderr, flush=True)
+        os.abort()  # what a C++ `terminate` inside gloo does
+    ctx.comm.allreduce(torch.ones(1000))  # rank 0's peer vanishes: "Connection reset by peer"
+    return ctx.rank
+
+
+class _Trailered(RuntimeError):
+    pass
+
+
+def _multiline_on_0(ctx):
+    if ctx.rank == 0:  # torch's C++ errors look like this: message, blank line, "At:" frames
+        raise _Trailered("the real reason\nmore detail\n\nAt:\n  /x/hook.py(615): decompress")
+    ctx.comm.barrier()
+    return ctx.rank
+
+
+def _peer_lost(ctx):
+    raise RuntimeError("[pair.cc:537] Read error: Connection reset by peer.\n\nAt:\n  x.py(1): f")
 
 
 def _hang(ctx):
@@ -76,6 +100,32 @@ def test_rank_killed_by_sigkill_mid_collective_ends_all_ranks():
         launch(_sigkill_mid_collective, 2, timeout=30)
     assert time.monotonic() - t0 < 15
     assert not _children()
+
+
+def test_rank_that_aborts_mid_collective_is_the_cause_not_its_peer():
+    with pytest.raises(LaunchError) as e:
+        launch(_abort_mid_collective, 2, timeout=30)
+    first = str(e.value).splitlines()[0]
+    assert e.value.rank == 1 and first == "rank 1 of 2 was killed by SIGABRT; all ranks were ended"
+    # what it printed before dying, and the Python stack faulthandler dumped on the signal
+    assert "rank 1 about to abort" in e.value.stderr and "_abort_mid_collective" in e.value.stderr
+    assert e.value.stderr in str(e.value) and not _children()
+
+
+def test_multiline_exception_gives_its_own_first_line():
+    with pytest.raises(LaunchError) as e:
+        launch(_multiline_on_0, 2, timeout=30)
+    first = str(e.value).splitlines()[0]
+    assert e.value.rank == 0
+    assert first == "rank 0 of 2 failed: test_runtime._Trailered: the real reason", first
+    assert "more detail" in e.value.remote_traceback and "At:" in e.value.remote_traceback
+
+
+def test_when_every_rank_only_reports_peer_loss_the_earliest_is_named():
+    with pytest.raises(LaunchError) as e:
+        launch(_peer_lost, 2, timeout=30)
+    assert str(e.value).splitlines()[0].endswith("RuntimeError: [pair.cc:537] Read error: "
+                                                  "Connection reset by peer.")
 
 
 def test_hanging_rank_times_out_and_is_ended():

@@ -11,14 +11,20 @@ queue while it waits, so big results cannot deadlock.
 If any rank raises, dies (even by SIGKILL) or outlives ``timeout``, every rank is ended and
 one :class:`LaunchError` names the rank and carries its traceback. Ranks also die with the
 caller (PR_SET_PDEATHSIG), so no orphans are left behind.
+
+Peers that lost their connection to a failed rank are echoes, not the cause (see
+:mod:`lab.runtime.failure`); each rank's stderr goes to a file the caller reads and forwards to
+its own stderr as it comes, so the last lines of a rank killed by a signal appear in the error.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import queue as queue_mod
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from datetime import timedelta
@@ -31,17 +37,23 @@ import torch.multiprocessing as mp
 
 from ..comm import Collective, Network
 from .context import RankContext, pick_backend, rank_device
+from .failure import StderrTail, is_echo, signal_name, stderr_to, summary
 
 DEFAULT_TIMEOUT = 60.0
 
 
 class LaunchError(RuntimeError):
-    """A rank failed: ``rank`` says which, ``remote_traceback`` what happened there."""
+    """A rank failed: ``rank`` says which, ``remote_traceback`` what happened there, and
+    ``stderr`` the last lines it wrote to stderr (shown when it died without a traceback)."""
 
-    def __init__(self, rank: int | None, message: str, remote_traceback: str = ""):
-        self.rank, self.remote_traceback = rank, remote_traceback
-        super().__init__(message + (f"\n\n--- traceback from rank {rank} ---\n{remote_traceback}"
-                                    if remote_traceback else ""))
+    def __init__(self, rank: int | None, message: str, remote_traceback: str = "",
+                 stderr: str = ""):
+        self.rank, self.remote_traceback, self.stderr = rank, remote_traceback, stderr
+        if remote_traceback:
+            message += f"\n\n--- traceback from rank {rank} ---\n{remote_traceback}"
+        elif stderr:
+            message += f"\n\n--- last stderr lines of rank {rank} ---\n{stderr}"
+        super().__init__(message)
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto",
@@ -65,21 +77,26 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
         raise TypeError(f"fn or its arguments cannot be sent to worker processes ({e}). Pass "
                         "plain data, and build unpicklable objects inside fn.") from e
 
+    ctx = _context(start_method)
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout),
                           wait_for_workers=False)
-    ctx = _context(start_method)
     results_q = ctx.Queue()
+    logdir = tempfile.mkdtemp(prefix="lab-launch-")
+    stderrs = [StderrTail(os.path.join(logdir, f"rank{r}.stderr")) for r in range(world_size)]
     procs = [ctx.Process(target=_rank_main, daemon=True, name=f"lab-rank-{r}",
                          args=(r, world_size, store.port, blob, results_q, backend, kind,
-                               threads, timeout, network))
+                               threads, timeout, network, stderrs[r].path))
              for r in range(world_size)]
-    for p in procs:
-        p.start()
     try:
-        return _collect(procs, results_q, world_size, timeout, progress)
+        for p in procs:
+            p.start()
+        return _collect(procs, results_q, world_size, timeout, progress, stderrs)
     finally:
         _end_all(procs)
+        for tail in stderrs:
+            tail.poll()  # forward what the ranks wrote last
         results_q.close()
+        shutil.rmtree(logdir, ignore_errors=True)
         del store
 
 
@@ -99,40 +116,50 @@ def _context(method: str):
     return ctx
 
 
-def _collect(procs, q, world_size, timeout, progress) -> list:
+def _collect(procs, q, world_size, timeout, progress, stderrs) -> list:
     results: dict[int, Any] = {}
-    errors: list[tuple[float, int, str]] = []
+    errors: list[tuple] = []  # (time, traceback, summary, is_echo, rank)
     deaths: dict[int, int] = {}
     bar = None
     deadline = time.monotonic() + timeout
     first_failure = None
+
+    def take(wait: float) -> bool:
+        nonlocal bar
+        try:
+            msg = q.get(timeout=wait)
+        except queue_mod.Empty:
+            return False
+        kind, rank = msg[0], msg[1]
+        if kind == "ok":
+            results[rank] = cloudpickle.loads(msg[3])
+        elif kind == "error":
+            errors.append(msg[2:] + (rank,))
+        elif kind == "log":
+            print(f"[rank {rank}] {msg[2]}", flush=True)
+        elif kind == "progress" and progress:
+            bar = _advance(bar, *msg[2:])
+        return True
+
     try:
         while len(results) < world_size:
-            try:
-                msg = q.get(timeout=0.05)
-            except queue_mod.Empty:
-                msg = None
-            if msg is not None:
-                kind, rank = msg[0], msg[1]
-                if kind == "ok":
-                    results[rank] = cloudpickle.loads(msg[3])
-                elif kind == "error":
-                    errors.append((msg[2], rank, msg[3]))
-                    deaths.pop(rank, None)  # it told us why: not a silent death
-                elif kind == "log":
-                    print(f"[rank {rank}] {msg[2]}", flush=True)
-                elif kind == "progress" and progress:
-                    bar = _advance(bar, *msg[2:])
+            if take(0.05):
                 continue  # drain everything queued before judging liveness
-            for r, p in enumerate(procs):
-                if r not in results and r not in deaths and not p.is_alive():
-                    deaths[r] = p.exitcode
+            for tail in stderrs:
+                tail.poll()
+            told = {e[-1] for e in errors} | set(deaths) | set(results)
+            dead = [r for r, p in enumerate(procs) if r not in told and not p.is_alive()]
+            if dead:
+                while take(0.05):  # a rank's last message is in the pipe before it exits
+                    pass
+                told = {e[-1] for e in errors} | set(deaths) | set(results)
+                deaths.update((r, procs[r].exitcode) for r in dead if r not in told)
             if (errors or deaths) and first_failure is None:
                 first_failure = time.monotonic()
             # After a failure, give the other ranks a moment to report, so the cause can be
             # told apart from its echoes (peers that lost their connection to it).
             if first_failure is not None:
-                told = {r for _, r, _ in errors} | set(deaths) | set(results)
+                told = {e[-1] for e in errors} | set(deaths) | set(results)
                 if len(told) == world_size or time.monotonic() - first_failure > 1.0:
                     break
             if time.monotonic() > deadline:
@@ -143,36 +170,26 @@ def _collect(procs, q, world_size, timeout, progress) -> list:
     finally:
         if bar is not None:
             bar.close()
-    causes = [e for e in errors if not _is_echo(e[2])]
+    causes = [e for e in errors if not e[3]]
     if causes:
-        _, rank, tb = min(causes)  # the earliest real exception is the cause
-        return _raise(rank, world_size, tb)
+        return _raise_error(min(causes), world_size)  # the earliest real exception
     if deaths:
-        # a signal is a cause; an exit code is more likely an echo
+        # a signal is a cause (SIGABRT from a C++ abort, SIGSEGV, SIGKILL); an exit code
+        # without a message is more likely an echo
         rank, code = min(deaths.items(), key=lambda rc: (not (rc[1] or 0) < 0, rc[0]))
-        how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+        how = (f"was killed by {signal_name(-code)}" if code is not None and code < 0
                else f"exited with code {code} without returning a result (if you launched "
                     f"from a script, put the launching code under `if __name__ == '__main__':`)")
-        raise LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended")
+        raise LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended",
+                          stderr=stderrs[rank].tail())
     if errors:
-        _, rank, tb = min(errors)
-        return _raise(rank, world_size, tb)
+        return _raise_error(min(errors), world_size)  # only echoes: the earliest one
     return [results[r] for r in range(world_size)]
 
 
-_ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
-           "remote process exited", "NCCL communicator was aborted")
-
-
-def _is_echo(tb: str) -> bool:
-    """A peer-loss error: the symptom of another rank's failure, not a cause."""
-    last = tb.strip().splitlines()[-1] if tb.strip() else ""
-    return any(m in last for m in _ECHOES)
-
-
-def _raise(rank: int, world_size: int, tb: str):
-    last = tb.strip().splitlines()[-1] if tb.strip() else "error"
-    raise LaunchError(rank, f"rank {rank} of {world_size} failed: {last}", tb)
+def _raise_error(error, world_size: int):
+    _, tb, line, _, rank = error
+    raise LaunchError(rank, f"rank {rank} of {world_size} failed: {line}", tb)
 
 
 def _advance(bar, done, total, desc):
@@ -207,8 +224,10 @@ def _die_with_parent() -> None:
         pass
 
 
-def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout, network):
+def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout, network,
+               stderr_path):
     _die_with_parent()
+    stderr_to(stderr_path)
     torch.set_num_threads(threads)
     code = 0
     try:
@@ -220,8 +239,8 @@ def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout,
                           Collective(network=network), _queue=q)
         result = fn(ctx, *args, **kwargs)
         q.put(("ok", rank, time.time(), cloudpickle.dumps(result)))
-    except BaseException:
-        q.put(("error", rank, time.time(), traceback.format_exc()))
+    except BaseException as e:
+        q.put(("error", rank, time.time(), traceback.format_exc(), summary(e), is_echo(e)))
         code = 1
     finally:
         q.close()
@@ -229,4 +248,5 @@ def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout,
     if code == 0 and dist.is_initialized():
         dist.destroy_process_group()
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: a dead peer cannot hang us there
