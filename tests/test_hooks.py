@@ -46,3 +46,49 @@ def test_codec_hooks_match_ddp_allreduce_and_count_bytes():
         sparse, sbytes, _ = rank["topk"]
         assert sbytes < nbytes / 10 and torch.isfinite(sparse).all()
     assert torch.equal(out[0]["topk"][0], out[1]["topk"][0])  # replicas stay identical
+
+
+def _async_allreduce(ctx):
+    import time
+    from lab.comm import Collective
+    comm = Collective(network="100Mbps,30ms")
+    t = torch.full((1000,), float(ctx.rank + 1))
+    t0 = time.perf_counter()
+    fut = comm.allreduce_async(t, tag="x")
+    issued, pending = time.perf_counter() - t0, not fut.done()
+    fut.wait()
+    return issued, pending, time.perf_counter() - t0, t, comm.ledger.records
+
+
+def _ddp_hook_futures(ctx):
+    from lab.comm import Collective
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    ddp = DDP(model, bucket_cap_mb=0.5)
+    state = CodecHookState(compress.make("fp16"), comm=Collective(network="1Gbps,5ms"))
+    pending = []
+
+    def hook(s, bucket):
+        fut = codec_hook(s, bucket)
+        pending.append(not fut.done())
+        return fut
+    ddp.register_comm_hook(state, hook)
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(ctx.rank))
+    ddp(x).square().mean().backward()
+    return pending, torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def test_async_allreduce_returns_at_once_and_honours_the_network():
+    for issued, pending, total, t, recs in launch(_async_allreduce, 2):
+        modeled = recs[0].modeled
+        assert pending and issued < modeled / 2     # the call does not wait for the wire
+        assert total >= modeled * 0.99              # the future waits for the modeled time
+        assert torch.all(t == 3.0) and recs[0].bytes == 4000 and recs[0].tag == "x"
+
+
+def test_ddp_codec_hook_returns_a_future_still_in_flight():
+    out = launch(_ddp_hook_futures, 2)
+    for pending, grads in out:
+        assert pending and all(pending) and torch.isfinite(grads).all()
+    assert torch.equal(out[0][1], out[1][1])

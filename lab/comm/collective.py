@@ -12,6 +12,7 @@ and notebooks); every op then returns its input and records zero bytes.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Sequence
 
@@ -79,6 +80,48 @@ class Collective:
         if w is not t:
             t.copy_(w)
         return t
+
+    def allreduce_async(self, t: torch.Tensor, op: str = "sum", tag: str = "") -> torch.futures.Future:
+        """Start an in-place allreduce of ``t``; returns a future completed with ``t``.
+
+        The future completes when the collective is done *and* its modeled time on the emulated
+        network has passed since the call (each call counts from its own start: concurrent
+        calls are not serialised on the link); its ledger record is added then."""
+        if op not in _OPS:
+            raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+        w = self._wire(t)
+        if self.world_size == 1:
+            self._run("allreduce", tag, 0, lambda: None)
+            fut: torch.futures.Future = torch.futures.Future()
+            fut.set_result(t)
+            return fut
+        start, nbytes = time.perf_counter(), _nbytes(w)
+        work = dist.all_reduce(w, _OPS[op], group=self.group, async_op=True)
+        out: torch.futures.Future = torch.futures.Future()
+
+        def finish(modeled):
+            self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes)
+            if w is not t:
+                t.copy_(w)
+            out.set_result(t)
+
+        def done(f):
+            try:
+                f.value()  # re-raise a failed collective
+                if w.is_cuda:
+                    torch.cuda.synchronize(w.device)
+                modeled = self.network.time("allreduce", nbytes, self.world_size) if self.network else 0.0
+                left = modeled - (time.perf_counter() - start)
+                if left > 0:  # a timer, not a sleep: never block the thread that completed it
+                    timer = threading.Timer(left, finish, (modeled,))
+                    timer.daemon = True
+                    timer.start()
+                else:
+                    finish(modeled)
+            except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
+                out.set_exception(exc)
+        work.get_future().add_done_callback(done)
+        return out
 
     def broadcast(self, t: torch.Tensor, src: int = 0, tag: str = "") -> torch.Tensor:
         self._check_rank(src, "src")
@@ -213,6 +256,16 @@ class Collective:
         if w is not t:
             t.copy_(w)
         return t
+
+    def recv_any(self, t: torch.Tensor, tag: str = "") -> int:
+        """Receive into ``t`` from whichever rank sends first; returns that rank (a parameter
+        server serving workers in arrival order). Ledger as :meth:`recv`."""
+        w = self._wire(t)
+        src = self._run("recv", tag, 0, lambda: dist.recv(w, None, group=self.group),
+                        model_bytes=_nbytes(w), recv=_nbytes(w))
+        if w is not t:
+            t.copy_(w)
+        return int(src) if src is not None else self.rank
 
     def sendrecv(self, send_t: torch.Tensor, dst: int, recv_t: torch.Tensor, src: int,
                  tag: str = "") -> torch.Tensor:

@@ -10,8 +10,12 @@ aggregator does for ``lab.train``. Per-bucket state (residuals) is keyed by the 
 so models with many buckets work (torch's own PowerSGD hook on gloo aborted with several
 buckets), and an all-zero bucket stays zero (no division by a zero norm).
 
-The exchange runs synchronously inside the hook and returns a completed future: simple and
-correct, but it does not overlap communication with the rest of the backward pass.
+For allreduce-compatible codecs (fp32, fp16, shared-seed Random-k, sketches...) the hook only
+compresses and *starts* the allreduce (:meth:`lab.comm.Collective.allreduce_async`); the future
+it returns decompresses and averages when the collective completes, so DDP keeps running the
+backward pass while the bucket is on the wire, as with torch's own ``fp16_compress_hook``.
+Codecs that need an allgather (Top-k, signs) exchange their payload sizes first and run
+synchronously inside the hook (a completed future).
 """
 # No ``from __future__ import annotations``: DDP inspects the hook's annotations as objects.
 from typing import Optional
@@ -40,7 +44,16 @@ class CodecHookState:
 def codec_hook(state: CodecHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP hook: average the bucket's gradient over ranks through the codec."""
     grad = bucket.buffer()
-    avg = state.exchange.reduce(grad, key=bucket.index(), step=-1)
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(avg.to(grad.dtype))
-    return fut
+    codec, comm = state.exchange.compressor, state.comm
+    if not codec.allreduce_compatible:
+        avg = state.exchange.reduce(grad, key=bucket.index(), step=-1)
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        fut.set_result(avg.to(grad.dtype))
+        return fut
+    payload, ctx = codec.compress(grad, bucket.index())
+    parts = [comm.allreduce_async(p, tag="grad") for p in payload]
+
+    def finish(_):
+        total = codec.decompress(tuple(f.value() for f in parts), ctx)
+        return total.div_(comm.world_size).to(grad.dtype)
+    return torch.futures.collect_all(parts).then(finish)

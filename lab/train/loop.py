@@ -71,18 +71,19 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> H
     h = History(cfg.to_dict(), ctx.world_size)
     sched = schedule.make(cfg.schedule, e, **cfg.schedule_kw)
     start = time.perf_counter()
-    try:
+    mark = comm.ledger.mark()  # advanced by each step's records: an overlapping schedule's
+    try:                       # thread may record between steps, and no record may be lost
         for step in range(cfg.steps):
             comm.network = cfg.network_at(step)
             comm.ledger.step = step
             x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
             x, y = e.attack.on_batch(x.to(ctx.device), y.to(ctx.device), step)
-            mark = comm.ledger.mark()
             r = sched.step(step, x, y)
             info = dict(r.info)
             info.update(e.averaging.after_step(step))
             info.update(e.aggregator.info())
             recs = comm.ledger.since(mark)
+            mark += len(recs)
             wire = sum(rec.seconds for rec in recs)
             h.loss.append(r.loss)
             h.bytes.append(sum(rec.bytes for rec in recs))

@@ -1,0 +1,161 @@
+"""Schedules (issue 7): sync, fifo, p3 and the ablations change *when* bytes move, never values."""
+import random
+import time
+from collections import defaultdict
+
+import pytest
+import torch
+
+from lab import schedule
+from lab.comm import Collective, CommLedger
+from lab.runtime import LaunchError, launch
+from lab.schedule import overlap
+from lab.schedule.plan import Unit, issue_order, make_units
+from lab.train import TrainConfig, train
+from lab.train import loop
+
+OVERLAPPING = ["fifo", "p3", "slicing-only", "priority-only"]
+
+
+# -- plan: pure functions ------------------------------------------------------------------
+def test_slices_cover_every_value_exactly_once():
+    sizes = [0, 1, 39_999, 40_000, 40_001, 123_457]
+    for slice_size in (None, 1, 7, 40_000):
+        units = make_units(sizes, slice_size)
+        for layer, n in enumerate(sizes):
+            seen = torch.zeros(n, dtype=torch.int64)
+            for u in units:
+                if u.layer == layer:
+                    seen[u.start:u.stop] += 1
+                    assert slice_size is None or u.numel <= slice_size
+            assert torch.all(seen == 1)
+
+
+def test_priority_order_is_forward_order_and_fifo_is_backward_order():
+    units = make_units([5, 3, 8], 2)
+    ready = [3.0, 2.0, 1.0]            # backward: the last layer is ready first
+    late = [0.0] * len(units)          # everything sent instantly: no overtaking possible
+    fifo = [units[i].layer for i in issue_order(units, ready, late, priority=False)]
+    assert fifo == sorted(fifo, reverse=True)
+    all_ready = [0.0, 0.0, 0.0]
+    slow = [1.0] * len(units)
+    prio = [units[i] for i in issue_order(units, all_ready, slow, priority=True)]
+    assert prio == sorted(units)       # forward order, then offset
+
+
+def test_a_late_high_priority_slice_overtakes_waiting_low_priority_slices():
+    # layer 1 (4 slices) is ready at t=0, layer 0 (1 slice) at t=1.5; each slice takes 1 s
+    units = [Unit(0, 0, 1)] + [Unit(1, a, a + 1) for a in range(4)]
+    ready, xfer = [1.5, 0.0], [1.0] * 5
+    p3 = [units[i] for i in issue_order(units, ready, xfer, priority=True)]
+    assert p3 == [Unit(1, 0, 1), Unit(1, 1, 2), Unit(0, 0, 1), Unit(1, 2, 3), Unit(1, 3, 4)]
+    fifo = [units[i] for i in issue_order(units, ready, xfer, priority=False)]
+    assert fifo[-1] == Unit(0, 0, 1)
+
+
+# -- real processes ------------------------------------------------------------------------
+def _cfg(sched, **kw):
+    base = dict(model="vgg", data="digits", steps=4, batch_size=32, lr=0.05, momentum=0.9,
+                schedule=sched, model_kw={"channels": 4, "fc": 64})
+    base.update(kw)
+    if sched in ("p3", "slicing-only"):
+        base.setdefault("schedule_kw", {"slice_size": 1500})
+    return TrainConfig(**base)
+
+
+def _run(ctx, cfgs, delays=False):
+    """Each config's final parameters and bytes per step (records grouped by the step they carry)."""
+    if delays:  # random per-rank delays inside backward: readiness order differs across ranks
+        rng = random.Random(1234 + ctx.rank)
+        plain = overlap.Overlap._grad_ready
+
+        def slow_ready(self, layer):
+            hook = plain(self, layer)
+
+            def delayed(p):
+                time.sleep(rng.uniform(0, 0.004))
+                hook(p)
+            return delayed
+        overlap.Overlap._grad_ready = slow_ready
+    out = []
+    for cfg in cfgs:
+        comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
+        e = loop.engine(ctx, cfg, comm)
+        s = schedule.make(cfg.schedule, e, **cfg.schedule_kw)
+        try:
+            for step in range(cfg.steps):
+                comm.ledger.step = step
+                x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
+                s.step(step, x, y)
+        finally:
+            s.close()
+        per_step = defaultdict(int)
+        for r in comm.ledger.records:
+            if r.tag != "plan":
+                per_step[r.step] += r.bytes
+        out.append((torch.cat([p.detach().reshape(-1) for p in e.params]), dict(per_step)))
+    return out
+
+
+def test_every_schedule_gives_the_sync_model_and_sends_the_dense_bytes():
+    names = ["sync"] + OVERLAPPING
+    cfgs = [_cfg(n) for n in names] + [_cfg("sync", compressor="fp16"), _cfg("p3", compressor="fp16")]
+    res = launch(_run, 2, cfgs, timeout=120)
+    ref, _ = res[0][0]
+    dense = ref.numel() * 4
+    for rank in res:
+        for name, (params, per_step) in zip(names, rank):
+            assert torch.allclose(params, ref, rtol=1e-5, atol=1e-6), name
+            assert per_step == {s: dense for s in range(4)}, name
+        (half_sync, b_sync), (half_p3, b_p3) = rank[-2:]
+        assert b_sync == b_p3 == {s: dense // 2 for s in range(4)}
+        assert torch.allclose(half_sync, half_p3, rtol=1e-3, atol=1e-4)
+    assert torch.equal(res[0][2][0], res[1][2][0])   # replicas identical
+
+
+def test_no_deadlock_and_same_model_under_random_per_rank_delays():
+    cfgs = [_cfg("sync", steps=2)] + [_cfg(n, steps=2, seed=0, jitter=0.003)
+                                     for n in ["p3", "fifo", "slicing-only", "priority-only"] * 5]
+    res = launch(_run, 2, cfgs, True, timeout=150)   # 20 delayed runs
+    for rank in res:
+        ref = rank[0][0]
+        for params, _ in rank[1:]:
+            assert torch.allclose(params, ref, rtol=1e-5, atol=1e-6)
+
+
+def _fail_in_comm_thread(ctx, cfg):
+    from lab.aggregate.dense import DenseAllreduce
+    plain = DenseAllreduce.reduce
+
+    def reduce(self, tensor, key, step):
+        if ctx.rank == 1 and step == 2:
+            raise RuntimeError("injected failure in the communication thread")
+        return plain(self, tensor, key, step)
+    DenseAllreduce.reduce = reduce
+    return loop.train_rank(ctx, cfg)
+
+
+def test_a_rank_failing_during_overlapped_comm_ends_all_ranks():
+    with pytest.raises(LaunchError, match="injected failure"):
+        launch(_fail_in_comm_thread, 2, _cfg("p3", steps=6), timeout=60)
+
+
+def test_bad_arguments_are_refused_before_launch():
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="p4")
+    for kw, match in (({"slice_size": 0}, "slice_size"), ({"slice_size": 2.5}, "slice_size"),
+                      ({"slice": 10}, "schedule_kw")):
+        with pytest.raises(ValueError, match=match):
+            train(TrainConfig(schedule="p3", schedule_kw=kw), workers=2)
+    with pytest.raises(ValueError, match="schedule_kw"):
+        _cfg("fifo", schedule_kw={"slice_size": 10}).check_workers(2)
+    with pytest.raises(ValueError, match="needs its own thread|aggregator must be"):
+        _cfg("fifo", aggregator="majority_vote").check_workers(2)
+
+
+def test_train_records_the_overlap_split_and_a_timeline():
+    h = train(_cfg("p3", network="1Gbps", schedule_kw={"slice_size": 4000, "timeline": True}),
+              workers=2)
+    assert len(h.series["overlapped_comm_s"]) == h.steps
+    assert any(ev[0] == "comm" for ev in h.series["events"][0] + h.series["events"][1])
+    assert all(c >= 0 for c in h.comm_s)
