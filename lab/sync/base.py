@@ -18,6 +18,11 @@ class SyncMode:
         """Raise ValueError before launch if ``cfg`` cannot run on ``workers`` ranks."""
 
     @classmethod
+    def batch_ranks(cls, workers: int) -> int:
+        """How many of the ``workers`` ranks share the global batch (all, unless a server)."""
+        return workers
+
+    @classmethod
     def run(cls, ctx, cfg, desc: str = ""):
         raise NotImplementedError
 

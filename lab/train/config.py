@@ -141,9 +141,12 @@ class TrainConfig:
         """Raise before launch if this config cannot run on ``workers`` ranks."""
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive int, got {workers!r}")
-        if self.batch_size % workers:
+        from .. import sync as sync_modes
+        split = getattr(sync_modes.REGISTRY.get(self.sync), "batch_ranks", lambda w: w)(workers)
+        if self.batch_size % split:  # the ranks that share the global batch (not a server)
             raise ValueError(f"batch_size ({self.batch_size}) must be divisible by workers "
-                             f"({workers})")
+                             f"({split})" + ("" if split == workers else
+                                             f" that compute, of {workers} ranks"))
         for r in self.slow_ranks:
             if r >= workers:
                 raise ValueError(f"slow_ranks names rank {r}, but there are only {workers} "
