@@ -1,0 +1,100 @@
+"""``PipelineConfig``: one pipeline-parallel run, validated before any process starts."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .. import data as data_mod, models
+from ..comm import Network
+from .stages import units
+
+SCHEDULES = ("gpipe", "1f1b", "async", "async-stash", "async-nesterov")
+DP_MODES = ("none", "allreduce", "sparse-avg")
+OPTIMIZERS = ("sgd", "adam", "nadam")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    model: str = "gpt"
+    data: str = "text"
+    stages: int = 4
+    replicas: int = 1
+    schedule: str = "gpipe"
+    microbatches: int = 4          # per step and replica
+    steps: int = 20
+    batch_size: int = 32           # global batch per step (all replicas together)
+    lr: float = 1e-3
+    optimizer: str = "adam"        # async-nesterov always uses its NAdam look-ahead
+    momentum: float = 0.0          # sgd only
+    schedule_kw: dict = field(default_factory=dict)  # async-nesterov: momentum, lr_correction
+    dp: str = "none"               # across replicas: none, allreduce (sync), sparse-avg
+    dp_kw: dict = field(default_factory=dict)        # sparse-avg: fraction, delay, ema
+    network: str | None = None
+    slow_ranks: dict = field(default_factory=dict)   # global rank -> compute slowdown
+    jitter: float = 0.0
+    model_kw: dict = field(default_factory=dict)
+    data_kw: dict = field(default_factory=dict)
+    seed: int = 0
+    label: str = ""
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(msg)
+        for name in ("stages", "replicas", "microbatches", "steps", "batch_size"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                 f"{name} must be a positive int, got {v!r}")
+        need(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        need(self.dp in DP_MODES, f"dp must be one of {DP_MODES}, got {self.dp!r}")
+        need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        need(self.lr > 0, f"lr must be > 0, got {self.lr!r}")
+        need(self.jitter >= 0, f"jitter must be >= 0 seconds, got {self.jitter!r}")
+        need(self.model in models.names(), f"model must be one of {models.names()}, got {self.model!r}")
+        need(self.data in data_mod.names(), f"data must be one of {data_mod.names()}, got {self.data!r}")
+        need(self.batch_size % (self.replicas * self.microbatches) == 0,
+             f"batch_size ({self.batch_size}) must be divisible by replicas x microbatches "
+             f"({self.replicas} x {self.microbatches})")
+        need(self.dp == "none" or self.replicas > 1 or self.dp_kw == {},
+             "dp_kw given but there is only one replica")
+        if self.dp == "sparse-avg":
+            from .sparse_avg import SparseAverager
+            SparseAverager.check_kw(**self.dp_kw)
+        elif self.dp_kw:
+            raise ValueError(f"dp_kw is only for dp='sparse-avg', got dp={self.dp!r}")
+        if self.schedule == "async-nesterov":
+            from .nesterov import check_kw
+            check_kw(**self.schedule_kw)
+        elif self.schedule_kw:
+            raise ValueError(f"schedule_kw is only for schedule='async-nesterov', got {self.schedule!r}")
+        Network.parse(self.network)
+        for r, f in self.slow_ranks.items():
+            need(isinstance(r, int) and 0 <= r < self.world_size,
+                 f"slow_ranks: rank {r!r} is not in [0, {self.world_size})")
+            need(f >= 1.0, f"slow_ranks: factor for rank {r} must be >= 1, got {f!r}")
+        n = self.n_units()
+        need(self.stages <= n, f"stages ({self.stages}) must be <= the {n} layers (units) of "
+             f"model {self.model!r} with model_kw={self.model_kw}")
+
+    @property
+    def world_size(self) -> int:
+        return self.stages * self.replicas
+
+    @property
+    def name(self) -> str:
+        return self.label or self.schedule
+
+    def n_units(self) -> int:
+        data = data_mod.load(self.data, seed=self.seed, **self.data_kw)
+        return len(units(models.make(self.model, data, seed=self.seed, **self.model_kw)))
+
+    def check(self, world_size: int) -> None:
+        """Refuse a mesh that does not fill ``world_size`` processes."""
+        if world_size != self.world_size:
+            raise ValueError(f"stages x replicas ({self.stages} x {self.replicas} = "
+                             f"{self.world_size}) must equal the world size ({world_size})")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["slow_ranks"] = {str(k): v for k, v in self.slow_ranks.items()}
+        d["name"] = self.name
+        return d

@@ -1,0 +1,196 @@
+"""The pipeline loop on one rank, and ``train``/``train_many`` that launch it on a mesh.
+
+Each rank builds the whole model from the seed (so every split starts from the unsplit
+model's weights), keeps its stage, and executes its schedule's actions. After each step's
+update a stage averages with the other replicas of the same stage (``dp``: ``allreduce`` of
+gradients, synchronous; ``sparse-avg``: :class:`SparseAverager`). The merged
+:class:`lab.train.History` has the loss (last stage, mean over replicas), rank 0's bytes, the
+wall clock per step, and per-stage series: compute, idle (blocked waiting for a neighbour:
+the bubble), send time, peak activation bytes, staleness per micro-batch, a timeline.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from .. import data as data_mod, models
+from ..runtime import launch
+from ..train.history import History
+from ..train.straggler import Straggler
+from .async_1f1b import async_1f1b
+from .config import PipelineConfig
+from .gpipe import gpipe
+from .mesh import Mesh
+from .nesterov import corrected_lr, lookahead_optimizer
+from .onef1b import one_f_one_b
+from .sparse_avg import SparseAverager
+from .stages import split
+from .worker import StageWorker
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "async": async_1f1b,
+             "async-stash": async_1f1b, "async-nesterov": async_1f1b}
+
+
+def _optimizer(cfg: PipelineConfig, params):
+    if cfg.schedule == "async-nesterov":
+        kw = {k: v for k, v in cfg.schedule_kw.items() if k == "momentum"}
+        return lookahead_optimizer(params, cfg.lr, **kw)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr)
+    if cfg.optimizer == "nadam":
+        return torch.optim.NAdam(params, lr=cfg.lr)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
+
+
+def _shapes(pieces, x) -> list[tuple]:
+    """The activation shape leaving each stage, for a micro-batch like ``x``."""
+    out = []
+    with torch.no_grad():
+        for p in pieces:
+            x = p(x)
+            out.append(tuple(x.shape))
+    return out
+
+
+def run_rank(ctx, cfg: PipelineConfig) -> dict:
+    cfg.check(ctx.world_size)
+    S, R, m = cfg.stages, cfg.replicas, cfg.microbatches
+    mesh = Mesh(ctx.rank, ctx.world_size, S, R, network=cfg.network)
+    data = data_mod.load(cfg.data, seed=cfg.seed, **cfg.data_kw)
+    pieces = split(models.make(cfg.model, data, seed=cfg.seed, **cfg.model_kw), S)
+    module, s = pieces[mesh.stage], mesh.stage
+    params = list(module.parameters())
+    opt = _optimizer(cfg, params)
+    per = cfg.batch_size // R // m
+    x0, _ = data.batch(0, per)
+    shapes = _shapes(pieces, x0)
+    asynchronous = cfg.schedule.startswith("async")
+    avg = (SparseAverager(params, mesh.dp, seed=cfg.seed, stage=s, **cfg.dp_kw)
+           if cfg.dp == "sparse-avg" and mesh.dp else None)
+    if dist.is_initialized():
+        dist.barrier()
+    clock0 = time.perf_counter()
+    worker = StageWorker(module, mesh, models.loss_fn(data.task), asynchronous,
+                         cfg.schedule == "async-stash", 1.0 if asynchronous else 1.0 / m,
+                         shapes[s - 1] if s else None, shapes[s],
+                         Straggler(cfg.slow_ranks.get(ctx.rank, 1.0), cfg.jitter, cfg.seed, ctx.rank),
+                         clock0)
+    batches: dict[int, tuple] = {}
+    ends, info = {}, {}
+
+    def micro(k):
+        t, i = divmod(k, m)
+        if t not in batches:
+            batches.clear()
+            batches[t] = data.batch(t, cfg.batch_size, rank=mesh.replica, world_size=R, seed=cfg.seed)
+        x, y = batches[t]
+        return x[i * per:(i + 1) * per], y[i * per:(i + 1) * per]
+
+    def update(step, boundary):
+        mesh.ledger.step = step
+        if cfg.dp == "allreduce" and mesh.dp:
+            flat = parameters_to_vector([p.grad for p in params])
+            mesh.dp.allreduce(flat, tag="grad")
+            vector_to_parameters(flat / R, [p.grad for p in params])
+        if cfg.schedule == "async-nesterov" and cfg.schedule_kw.get("lr_correction", 0):
+            for g in opt.param_groups:
+                g["lr"] = corrected_lr(cfg.lr, S - 1 - s, worker.version, cfg.schedule_kw["lr_correction"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        worker.version += 1
+        if boundary:
+            if avg is not None:
+                for key, v in avg.after_step(step).items():
+                    info.setdefault(key, []).append(v)
+            ends[step] = time.perf_counter() - clock0
+            ctx.progress(step + 1, cfg.steps, cfg.name)
+
+    for kind, k in SCHEDULES[cfg.schedule](s, S, m, cfg.steps):
+        step = k if kind == "U" and not asynchronous else k // m
+        if kind == "F":
+            worker.forward(k, step, *micro(k))
+        elif kind == "B":
+            worker.backward(k, step)
+        else:
+            update(step, boundary=not asynchronous or k % m == m - 1)
+    mesh.close()
+    if dist.is_initialized():
+        dist.barrier()
+    wall = time.perf_counter() - clock0
+    recs = mesh.records()
+    per_step = lambda f: [sum(f(r) for r in recs if r.step == t) for t in range(cfg.steps)]  # noqa: E731
+    return {
+        "stage": s, "replica": mesh.replica, "wall": wall, "ends": [ends[t] for t in range(cfg.steps)],
+        "loss": [float(np.mean(worker.losses[t])) for t in range(cfg.steps)] if mesh.last else None,
+        "compute": [worker.compute.get(t, 0.0) for t in range(cfg.steps)],
+        "idle": [worker.idle.get(t, 0.0) for t in range(cfg.steps)],
+        "send": [mesh.send_seconds(t) for t in range(cfg.steps)],
+        "bytes": per_step(lambda r: r.bytes), "recv_bytes": per_step(lambda r: r.recv_bytes),
+        "modeled": per_step(lambda r: r.modeled),
+        "pp_bytes": per_step(lambda r: r.bytes if r.tag in ("act", "grad") and r.op == "send" else 0),
+        "dp_bytes": per_step(lambda r: r.bytes if r.tag in ("avg", "grad") and r.op == "allreduce" else 0),
+        "act_peak": [worker.peak_bytes.get(t, 0) for t in range(cfg.steps)],
+        "stash_peak": [worker.peak_stash.get(t, 0) for t in range(cfg.steps)],
+        "params": sum(p.numel() for p in params), **worker.log, **info,
+        "weights": parameters_to_vector(params).detach().clone(),  # for tests; not in History
+    }
+
+
+def merge(cfg: PipelineConfig, ranks: list[dict]) -> History:
+    """One History from the raw results of every rank of a run (see :func:`run_raw`)."""
+    h = History(config=cfg.to_dict(), world_size=cfg.world_size)
+    lasts = [r for r in ranks if r["loss"] is not None]
+    h.loss = [float(v) for v in np.mean([r["loss"] for r in lasts], axis=0)]
+    ends = np.max([r["ends"] for r in ranks], axis=0)
+    step_wall = np.diff(np.concatenate([[0.0], ends]))
+    compute = np.mean([r["compute"] for r in ranks], axis=0)
+    h.compute_s = [float(v) for v in np.minimum(compute, step_wall)]   # the mean stage's compute
+    h.comm_s = [float(v) for v in step_wall - np.asarray(h.compute_s)]  # the rest: waiting + communicating
+    h.codec_s = [0.0] * cfg.steps
+    h.bytes, h.recv_bytes = ranks[0]["bytes"], ranks[0]["recv_bytes"]
+    h.modeled_comm_s = ranks[0]["modeled"]
+    h.rank_bytes = [int(sum(r["bytes"])) for r in ranks]
+    h.wall_s = float(max(r["wall"] for r in ranks))
+    h.series["pp_bytes"] = [int(v) for v in np.sum([r["pp_bytes"] for r in ranks], axis=0)]
+    h.series["dp_bytes"] = [int(v) for v in np.sum([r["dp_bytes"] for r in ranks], axis=0)]
+    for r in ranks:
+        tag = f"stage{r['stage']}" + (f"/replica{r['replica']}" if cfg.replicas > 1 else "")
+        for key in ("compute", "idle", "send", "act_peak", "stash_peak", "staleness", "fwd_sum",
+                    "bwd_sum", "timeline", "avg_subset_sum", "avg_merged", "params", "dp_bytes"):
+            if key in r:
+                h.series[f"{key}/{tag}"] = r[key]
+        h.series[f"utilisation/{tag}"] = float(sum(r["compute"]) / h.wall_s)
+    return h
+
+
+def _run_all(ctx, configs):
+    return [run_rank(ctx, c) for c in configs]
+
+
+def run_raw(configs: list[PipelineConfig], **launch_kw) -> list[list[dict]]:
+    """Launch ``configs`` (one mesh size) once; per config, every rank's raw results
+    (including its stage's final ``weights``), by rank."""
+    configs = list(configs)
+    if not configs or not all(isinstance(c, PipelineConfig) for c in configs):
+        raise TypeError("configs must be a non-empty list of PipelineConfig")
+    world = configs[0].world_size
+    for c in configs:
+        c.check(world)
+    launch_kw.setdefault("timeout", 60 + 60 * len(configs))
+    launch_kw.setdefault("device", "cpu")
+    results = launch(_run_all, world, configs, **launch_kw)
+    return [[r[i] for r in results] for i in range(len(configs))]
+
+
+def train_many(configs: list[PipelineConfig], **launch_kw) -> list[History]:
+    """Run ``configs`` (one mesh size) in one launch; returns one History each."""
+    configs = list(configs)
+    return [merge(c, ranks) for c, ranks in zip(configs, run_raw(configs, **launch_kw))]
+
+
+def train(config: PipelineConfig, **launch_kw) -> History:
+    return train_many([config], **launch_kw)[0]
