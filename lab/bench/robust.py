@@ -12,27 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import torch
 
 from ..aggregate import make
 from ..comm import Collective
+from .table import median_seconds
 
 RULES = {"mean (baseline)": None, "krum": {"f": 1}, "multikrum": {"f": 1}, "median": {},
          "trimmed_mean": {"f": 1}, "centered_clip": {"tau": 1.0}}
 
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def time_rules(ns=(8, 16), d: int = 1_000_000, repeats: int = 3, seed: int = 0) -> list[dict]:
@@ -42,10 +32,10 @@ def time_rules(ns=(8, 16), d: int = 1_000_000, repeats: int = 3, seed: int = 0) 
         for n in ns:
             v = torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
             if kw is None:
-                t = _median_seconds(lambda: v.mean(0), repeats)
+                t = median_seconds(lambda: v.mean(0), repeats)
             else:
                 rule = make(name, comm=solo, **kw)
-                t = _median_seconds(lambda: rule.rule(v, 0), repeats)
+                t = median_seconds(lambda: rule.rule(v, 0), repeats)
             first = first or t
             rows.append({"rule": name, "n": n, "d": d, "ms": 1e3 * t, "x vs n=first": t / first})
     return rows

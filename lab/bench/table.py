@@ -1,5 +1,8 @@
-"""Print benchmark rows (a list of dicts) as an aligned table."""
+"""Print benchmark rows (a list of dicts) as an aligned table; time a call."""
 from __future__ import annotations
+
+import statistics
+import time
 
 from ..textable import format_rows
 
@@ -13,3 +16,15 @@ def print_rows(rows: list[dict], title: str = "") -> None:
 
 def _s(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls, after one warm-up call (allocator,
+    first touch, lazy initialisation)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

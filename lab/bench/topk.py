@@ -12,25 +12,15 @@ time / our time (> 1: faster); recall = share of the true top-k set returned.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 
 from ..compress import make
+from .table import median_seconds
 from ..compress.topk import resolve_k, topk_indices
 from ..compress.topk_sampled import sampled_topk_indices
 
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up: allocator, first-touch, lazy init
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def run(sizes=(1_000_000, 10_000_000), densities=(0.01, 0.001), repeats: int = 5,
@@ -45,11 +35,11 @@ def run(sizes=(1_000_000, 10_000_000), densities=(0.01, 0.001), repeats: int = 5
             k = resolve_k(n, d)
             gen = torch.Generator().manual_seed(seed)
             exact, sampled = make("topk", density=d), make("topk_sampled", density=d, seed=seed)
-            t_torch = _median_seconds(lambda: torch.topk(x.abs(), k, sorted=False), repeats)
-            t_exact = _median_seconds(lambda: topk_indices(x, k, gen), repeats)
-            t_sampled = _median_seconds(lambda: sampled_topk_indices(x, k, gen), repeats)
-            c_exact = _median_seconds(lambda: exact.compress(x), repeats)
-            c_sampled = _median_seconds(lambda: sampled.compress(x), repeats)
+            t_torch = median_seconds(lambda: torch.topk(x.abs(), k, sorted=False), repeats)
+            t_exact = median_seconds(lambda: topk_indices(x, k, gen), repeats)
+            t_sampled = median_seconds(lambda: sampled_topk_indices(x, k, gen), repeats)
+            c_exact = median_seconds(lambda: exact.compress(x), repeats)
+            c_sampled = median_seconds(lambda: sampled.compress(x), repeats)
             truth = torch.zeros(n, dtype=torch.bool)
             truth[torch.topk(x.abs(), k, sorted=False).indices] = True
             got_e = topk_indices(x, k, gen)
