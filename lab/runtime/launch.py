@@ -210,6 +210,8 @@ def _end_all(procs) -> None:
             p.terminate()
     deadline = time.monotonic() + 2.0
     for p in procs:
+        if p.pid is None:  # never started (start() itself failed)
+            continue
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
