@@ -123,3 +123,16 @@ def test_the_same_entry_point_runs_under_torchrun(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     h = History.from_json(out / "history.json")
     assert h.world_size == 2 and h.steps == 6 and h.bytes[0] > 0 and len(h.rank_bytes) == 2
+
+
+def test_summary_table_shows_overlapped_communication_only_where_a_schedule_records_it():
+    from lab.textable import format_rows
+    from lab.train.history import History
+    plain, ov = History({"label": "sync"}, 2), History({"label": "p3"}, 2)
+    for h in (plain, ov):
+        h.loss, h.bytes, h.compute_s, h.codec_s, h.comm_s, h.modeled_comm_s = [1.0], [8], [0.1], [0.0], [0.2], [0.2]
+    ov.record({"overlapped_comm_s": 0.05})
+    assert "overlapped comm ms/step" not in plain.summary()
+    assert ov.summary()["overlapped comm ms/step"] == 50.0
+    table = format_rows([plain.summary(), ov.summary()]).splitlines()
+    assert table[0].rstrip().endswith("overlapped comm ms/step") and table[2].rstrip().endswith("-")
