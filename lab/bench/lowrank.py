@@ -90,20 +90,24 @@ def _hook_steps(ctx, which: str, steps: int, rank: int):
     from torch.nn.parallel import DistributedDataParallel as DDP
     from ..hooks.powersgd import PowerSGDHookState, powersgd_hook
     torch.manual_seed(0)
+    # on the rank's device: where CUDA is visible, torch's hook synchronizes the CUDA device
+    # even for CPU tensors (and fails), so a GPU machine compares the hooks on the GPU
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                          nn.Linear(512, 10))
+                          nn.Linear(512, 10)).to(ctx.device)
     ddp = DDP(model, bucket_cap_mb=1000)  # one bucket
     if which == "torch":
         ddp.register_comm_hook(th.PowerSGDState(None, matrix_approximation_rank=rank,
                                                 start_powerSGD_iter=2), th.powerSGD_hook)
     else:
         ddp.register_comm_hook(PowerSGDHookState(rank=rank, start_iter=2), powersgd_hook)
-    x = torch.randn(128, 256, generator=torch.Generator().manual_seed(ctx.rank))
+    x = torch.randn(128, 256, generator=torch.Generator().manual_seed(ctx.rank)).to(ctx.device)
     times = []
     for _ in range(steps + 3):
         t0 = time.perf_counter()
         model.zero_grad()
         ddp(x).square().mean().backward()
+        if x.is_cuda:
+            torch.cuda.synchronize(x.device)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times[3:])
 
