@@ -82,7 +82,7 @@ def test_bernoulli_probability_is_exact(device):
     """P(True) = p, also for p between two multiples of 1/256 (decided by the tie draw)."""
     n = 400_000
     g = C.make("qsgd").generator_for(device)
-    for p in (0.0, 1.0, 0.5, 1 / 512, 3.3 / 256, 0.7):
+    for p in (0.0, 1.0, 0.5, 1 / 512, 3.3 / 256, 0.7, 255.5 / 256):  # the last: tie at byte 255
         got = bernoulli(torch.full((n,), p, device=device), g).float().mean().item()
         sigma = (p * (1 - p) / n) ** 0.5
         assert abs(got - p) <= 5 * sigma + 1e-12, (p, got)
