@@ -91,11 +91,10 @@ def bernoulli(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     tie = (u == hi).nonzero(as_tuple=True)
     if tie[0].numel():
         frac = p[tie] * 256 - hi[tie]
-        sure = frac >= 1
-        draws = torch.rand(frac.shape, generator=generator, device=p.device) if not sure.any() \
-            else torch.zeros_like(frac).masked_scatter_(
-                ~sure, torch.rand(int((~sure).sum()), generator=generator, device=p.device))
-        up[tie] = draws < frac
+        draw = frac < 1  # p = 1 wins its tie without a random number
+        won = torch.ones_like(draw)
+        won[draw] = torch.rand(int(draw.sum()), generator=generator, device=p.device) < frac[draw]
+        up[tie] = won
     return up
 
 
