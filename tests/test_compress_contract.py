@@ -121,3 +121,33 @@ def test_declared_fixed_size_payloads_do_not_depend_on_the_values(name):
         payload, _ = make(name).compress(g, key="w")
         sizes.add(tuple(t.numel() for t in payload))
     assert len(sizes) == 1
+
+
+@pytest.mark.parametrize("name", ["scaled_sign", "qsgd", "terngrad"])
+def test_codecs_that_check_through_their_reduction_still_refuse_one_bad_value(name):
+    """These codecs skip the separate finiteness pass (``checks_finite``): one NaN or Inf
+    among many finite values must still be refused, in fp32 and fp16."""
+    for dtype in (torch.float32, torch.float16):
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            t = torch.randn(4099).to(dtype)
+            t[4000] = bad
+            with pytest.raises(FloatingPointError, match="NaN or Inf"):
+                make(name).compress(t)
+
+
+def test_scaled_sign_scale_survives_an_overflowing_l1_sum():
+    """|x| summed in float32 overflows for 1e6 values of 1e33; the mean (1e33) does not."""
+    t = torch.full((10 ** 6,), 1e33)
+    payload, ctx = make("scaled_sign").compress(t)
+    assert torch.allclose(payload[1], torch.tensor([1e33]), rtol=1e-5)
+
+
+def test_error_feedback_residual_is_a_snapshot_and_payload_is_never_overwritten():
+    """The residual is updated in place; residual() returns a copy, and a payload that shares
+    memory with the input (the identity codec) is not changed by the next step."""
+    ef = ErrorFeedback("none")
+    g = _grad(seed=1)
+    payload, ctx = ef.compress(g, key="w")
+    first, snap = payload[0].clone(), ef.residual("w")
+    ef.compress(_grad(seed=2), key="w")
+    assert torch.equal(payload[0], first) and torch.equal(snap, torch.zeros_like(g))

@@ -47,22 +47,38 @@ class ErrorFeedback(Compressor):
         return self
 
     def compress(self, tensor: torch.Tensor, key: Any = None):
-        check_finite(tensor, self.name)
+        check_finite(tensor, self.name)  # before the residual absorbs it
         e = self.residuals.get(key)
         if e is None or e.shape != tensor.shape:
             e = torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
         # the residual lives in fp32 even for fp16/bf16 gradients: the small errors it keeps
-        # are exactly what a half-precision buffer would round away
-        p = tensor.float() + e
-        payload, ctx = self.inner.compress(p.to(tensor.dtype), key)
-        self.residuals[key] = p - self.inner.decompress(payload, ctx).float()
+        # are exactly what a half-precision buffer would round away. p = g + e and then
+        # e_new = p - D(C(p)) are computed in e's own buffer: two passes instead of two
+        # passes plus two fresh gradient-sized tensors (the same values: + is commutative).
+        p = e.add_(tensor)
+        try:
+            payload, ctx = self.inner.compress(p.to(tensor.dtype), key)
+        except Exception:
+            self.residuals.pop(key, None)  # p no longer holds a valid residual
+            raise
+        sent = self.inner.decompress(payload, ctx)
+        if any(_shares_memory(t, p) for t in (*payload, sent)):  # e.g. the identity codec
+            self.residuals[key] = p - sent.float()  # a fresh buffer: the payload stays intact
+        else:
+            self.residuals[key] = p.sub_(sent)
         return payload, ctx
 
     def decompress(self, payload, ctx) -> torch.Tensor:
         return self.inner.decompress(payload, ctx)
 
     def residual(self, key: Any = None) -> torch.Tensor | None:
-        return self.residuals.get(key)
+        """A copy of the residual of ``key`` (the buffer itself is updated in place)."""
+        e = self.residuals.get(key)
+        return None if e is None else e.clone()
 
     def __repr__(self) -> str:
         return f"ErrorFeedback({self.inner!r})"
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

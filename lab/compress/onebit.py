@@ -22,6 +22,7 @@ from .base import Compressor, check_int, register
 from .error_feedback import ErrorFeedback
 from .packing import expand_bits, pack_bits, unpack_bits
 from .qsgd import as_buckets
+from .sign import nonnegative
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,11 @@ class OneBit(Compressor):
         bucket = self._bucket(n, key)
         v = as_buckets(flat.float(), bucket)  # (buckets, bucket), zero padded
         pad = v.numel() - n
-        pos = v >= 0  # sign(0) = +1, as in lab.compress.sign
+        pos = nonnegative(v)  # sign(0) = +1, as in lab.compress.sign
         s_pos = v.clamp(min=0).sum(dim=1)
         s_neg = v.clamp(max=0).sum(dim=1)
-        n_pos = pos.sum(dim=1)
+        # counted as bytes into int32: a bool sum widens every entry to int64 first (~10x slower)
+        n_pos = pos.view(torch.uint8).sum(dim=1, dtype=torch.int32)
         n_neg = bucket - n_pos
         if pad:  # the last bucket's padding zeros were counted as >= 0: they are not data
             n_pos[-1] -= pad

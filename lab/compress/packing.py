@@ -129,12 +129,15 @@ def _spread(packed: torch.Tensor, bits: int) -> torch.Tensor:
     return wide.view(torch.uint8)
 
 
-def pack_uint(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Pack non-negative integer codes < 2**bits into a dense bit stream of uint8."""
+def pack_uint(codes: torch.Tensor, bits: int, check: bool = True) -> torch.Tensor:
+    """Pack non-negative integer codes < 2**bits into a dense bit stream of uint8.
+
+    ``check=False`` skips the range check (one pass over the codes) for codes that are in
+    range by construction; out-of-range codes would then be packed wrongly."""
     if not 1 <= bits <= 32:
         raise ValueError(f"bits must be in [1, 32], got {bits}")
     codes = codes.reshape(-1)
-    if codes.numel():
+    if check and codes.numel():
         lo, hi = torch.aminmax(codes)
         if int(lo) < 0 or int(hi) >= 2 ** bits:
             raise ValueError(f"codes must lie in [0, 2**{bits}) to pack with bits={bits}")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, bernoulli, check_int, register
+from .base import Compressor, bernoulli, check_finite, check_int, register
 from .packing import pack_bits, pack_uint, unpack_bits, unpack_uint
 from .fused import fused
-from .sign import set_sign, signs_from_bits
+from .sign import nonnegative, set_sign, signs_from_bits
 
 
 def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
@@ -30,6 +30,7 @@ def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
     first is only needed then, so it runs only when a plain norm came out infinite."""
     norms = torch.linalg.vector_norm(buckets, dim=1)
     if not torch.isfinite(norms).all():
+        check_finite(buckets, "qsgd")  # NaN or Inf in the input; else the squares overflowed
         m = buckets.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
         norms = (torch.linalg.vector_norm(buckets / m, dim=1, dtype=torch.float64)
                  * m.reshape(-1).double())
@@ -65,7 +66,7 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
         low = r.floor().reshape(-1)[:n]
         up = bernoulli(r.reshape(-1)[:n].sub_(low), generator)  # P(up) = s|v_i|/||v|| - l
         levels = low.to(wide).add_(up)  # (Lemma 3.1); random bits for the n values only
-    return norms, levels.reshape(-1)[:n], x < 0
+    return norms, levels.reshape(-1)[:n], nonnegative(x).logical_not_()  # x < 0
 
 
 @fused
@@ -89,6 +90,7 @@ def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torc
 class QSGD(Compressor):
     """QSGD with ``s`` levels and buckets of ``bucket_size`` values (None: one bucket)."""
     fixed_size = True
+    checks_finite = True  # through its bucket norms
 
     name = "qsgd"
 
@@ -106,7 +108,7 @@ class QSGD(Compressor):
     def encode(self, flat, key):
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),
                                       self.generator_for(flat.device))
-        return (norms, pack_bits(neg), pack_uint(levels, self.bits)), None
+        return (norms, pack_bits(neg), pack_uint(levels, self.bits, check=False)), None
 
     def decode(self, payload, ctx, numel, dtype):
         norms, signs, levels = payload

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, check_finite, register
 from .error_feedback import ErrorFeedback
 from .sign import sign_bits, signs_from_bits
 
@@ -26,6 +26,7 @@ from .sign import sign_bits, signs_from_bits
 class ScaledSign(Compressor):
     """``(||x||_1 / d) * sign(x)``: the sign, rescaled so that its l1 norm equals x's."""
     fixed_size = True
+    checks_finite = True  # through its l1 norm
 
     name = "scaled_sign"
 
@@ -33,6 +34,11 @@ class ScaledSign(Compressor):
         n = flat.numel()
         # compute the l1 norm in float32 so fp16/bf16 inputs neither overflow nor lose digits
         scale = flat.float().abs().sum() / n if n else flat.new_zeros((), dtype=torch.float32)
+        if not torch.isfinite(scale):
+            check_finite(flat, self.name)  # NaN/Inf in the input; else the sum overflowed
+            scale = (flat.double().abs().sum() / n).float()
+            if not torch.isfinite(scale):
+                raise OverflowError(f"{self.name}: mean |x| exceeds the float32 range")
         return (sign_bits(flat), scale.reshape(1).to(torch.float32)), None
 
     def decode(self, payload, ctx, numel, dtype):

@@ -16,11 +16,16 @@ from .base import Compressor, register
 from .packing import expand_bits, pack_bits
 
 
+def nonnegative(x: torch.Tensor) -> torch.Tensor:
+    """``x >= 0`` as a bool tensor (numpy's SIMD compare for float32 on the CPU: ~2x torch's)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        return torch.from_numpy(x.detach().contiguous().numpy() >= 0)
+    return x >= 0
+
+
 def sign_bits(flat: torch.Tensor) -> torch.Tensor:
     """Packed sign bits of ``flat``: bit 1 for ``x >= 0`` (so sign(0) = +1), 0 for ``x < 0``."""
-    if flat.device.type == "cpu" and flat.dtype == torch.float32:  # numpy's compare is SIMD
-        return pack_bits(torch.from_numpy(flat.detach().contiguous().numpy() >= 0))
-    return pack_bits(flat >= 0)
+    return pack_bits(nonnegative(flat))
 
 
 def set_sign(mag: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, bernoulli, register
+from .base import Compressor, bernoulli, check_finite, register
 from .fused import fused
 from .packing import pack_uint, unpack_uint
+from .sign import nonnegative
 
 
 def clip_sigma(x: torch.Tensor, c: float | None) -> torch.Tensor:
@@ -42,8 +43,9 @@ def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> t
         return torch.zeros(x.numel(), dtype=torch.uint8, device=x.device)
     if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the chain
         return ternary_codes(x, s, torch.rand(x.shape, generator=generator, device=x.device))
-    keep = bernoulli((x.abs() / s).clamp_(max=1), generator)  # b_i ~ Bernoulli(|g_i| / s)
-    return keep.to(torch.uint8).bitwise_left_shift_((x < 0).to(torch.uint8))
+    keep = bernoulli(x.abs().div_(s).clamp_(max=1), generator)  # b_i ~ Bernoulli(|g_i| / s)
+    negative = nonnegative(x).logical_not_()
+    return keep.view(torch.uint8).bitwise_left_shift_(negative.view(torch.uint8))
 
 
 @fused
@@ -73,6 +75,7 @@ def check_clip(clip) -> float | None:
 class TernGrad(Compressor):
     """Ternary stochastic quantiser with a per-tensor scaler and optional c-sigma clipping."""
     fixed_size = True
+    checks_finite = True  # through its scaler max |x|
 
     name = "terngrad"
 
@@ -82,9 +85,14 @@ class TernGrad(Compressor):
 
     def encode(self, flat, key):
         x = clip_sigma(flat.float(), self.clip)
-        s = x.abs().max() if x.numel() else x.new_zeros(())
+        s = x.new_zeros(())
+        if x.numel():
+            lo, hi = torch.aminmax(x)  # max |x| in one pass, no |x| tensor
+            s = torch.maximum(hi, -lo)
+            if not torch.isfinite(s):
+                check_finite(flat, self.name)  # NaN/Inf (a NaN sigma leaves x unclipped)
         codes = ternarize(x, s, self.generator_for(x.device))
-        return (s.reshape(1), pack_uint(codes, 2)), None
+        return (s.reshape(1), pack_uint(codes, 2, check=False)), None
 
     def decode(self, payload, ctx, numel, dtype):
         s, packed = payload
