@@ -55,5 +55,7 @@ def codec_hook(state: CodecHookState, bucket: dist.GradBucket) -> torch.futures.
 
     def finish(_):
         total = codec.decompress(tuple(f.value() for f in parts), ctx)
-        return total.div_(comm.world_size).to(grad.dtype)
-    return torch.futures.collect_all(parts).then(finish)
+        # the average goes back into the bucket itself: DDP then has nothing left to copy
+        return grad.copy_(total).div_(comm.world_size)
+    both = parts[0] if len(parts) == 1 else torch.futures.collect_all(parts)
+    return both.then(finish)
