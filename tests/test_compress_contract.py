@@ -151,3 +151,15 @@ def test_error_feedback_residual_is_a_snapshot_and_payload_is_never_overwritten(
     first, snap = payload[0].clone(), ef.residual("w")
     ef.compress(_grad(seed=2), key="w")
     assert torch.equal(payload[0], first) and torch.equal(snap, torch.zeros_like(g))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decompress_into_equals_decompress(name):
+    """``decompress_into`` (the DDP hook decodes straight into DDP's bucket) gives exactly what
+    ``decompress`` gives, for every codec, and returns the buffer it was handed."""
+    g = _grad(1200, seed=3).view(30, 40)
+    c = make(name)
+    payload, ctx = c.compress(g, key="w")
+    out = torch.full_like(g, float("nan"))
+    assert c.decompress_into(payload, ctx, out) is out
+    assert torch.equal(out, c.decompress(payload, ctx))

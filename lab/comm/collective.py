@@ -81,8 +81,11 @@ class Collective:
             t.copy_(w)
         return t
 
-    def allreduce_async(self, t: torch.Tensor, op: str = "sum", tag: str = "") -> torch.futures.Future:
-        """Start an in-place allreduce of ``t``; returns a future completed with ``t``.
+    def allreduce_async(self, t: torch.Tensor, op: str = "sum", tag: str = "",
+                        then=None) -> torch.futures.Future:
+        """Start an in-place allreduce of ``t``; returns a future completed with ``t``, or with
+        ``then(t)`` if given (run in the same callback: a DDP hook that decompresses there
+        costs one Python callback per bucket, as torch's own hooks do, not two).
 
         The future completes when the collective is done *and* its modeled time on the emulated
         network has passed since the call (each call counts from its own start: concurrent
@@ -90,20 +93,32 @@ class Collective:
         if op not in _OPS:
             raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
         w = self._wire(t)
+        out: torch.futures.Future = torch.futures.Future()
         if self.world_size == 1:
             self._run("allreduce", tag, 0, lambda: None)
-            fut: torch.futures.Future = torch.futures.Future()
-            fut.set_result(t)
-            return fut
+            out.set_result(then(t) if then else t)
+            return out
         start, nbytes = time.perf_counter(), _nbytes(w)
         work = dist.all_reduce(w, _OPS[op], group=self.group, async_op=True)
-        out: torch.futures.Future = torch.futures.Future()
+        if self.network is None:  # nothing to wait for: chain on the work's own future
+            def after(f):
+                f.value()  # re-raise a failed collective (the chained future carries it)
+                if w.is_cuda:
+                    torch.cuda.synchronize(w.device)
+                self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, 0.0, nbytes)
+                if w is not t:
+                    t.copy_(w)
+                return then(t) if then else t
+            return work.get_future().then(after)
 
         def finish(modeled):
-            self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes)
-            if w is not t:
-                t.copy_(w)
-            out.set_result(t)
+            try:
+                self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes)
+                if w is not t:
+                    t.copy_(w)
+                out.set_result(then(t) if then else t)
+            except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
+                out.set_exception(exc)
 
         def done(f):
             try:

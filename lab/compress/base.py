@@ -166,6 +166,11 @@ class Compressor:
         shape, dtype, inner = ctx
         return self.decode(tuple(payload), inner, shape.numel(), dtype).reshape(shape)
 
+    def decompress_into(self, payload: Payload, ctx: Any, out: torch.Tensor) -> torch.Tensor:
+        """:meth:`decompress` written into ``out`` (the original tensor's shape); returns
+        ``out``. Codecs that can decode in place (the casts) skip the intermediate tensor."""
+        return out.copy_(self.decompress(payload, ctx).reshape(out.shape))
+
     # -- to implement ---------------------------------------------------------------------
     def encode(self, flat: torch.Tensor, key: Any) -> tuple[Payload, Any]:
         raise NotImplementedError

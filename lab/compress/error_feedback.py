@@ -71,6 +71,9 @@ class ErrorFeedback(Compressor):
     def decompress(self, payload, ctx) -> torch.Tensor:
         return self.inner.decompress(payload, ctx)
 
+    def decompress_into(self, payload, ctx, out: torch.Tensor) -> torch.Tensor:
+        return self.inner.decompress_into(payload, ctx, out)
+
     def residual(self, key: Any = None) -> torch.Tensor | None:
         """A copy of the residual of ``key`` (the buffer itself is updated in place)."""
         e = self.residuals.get(key)

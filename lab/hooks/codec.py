@@ -51,11 +51,12 @@ def codec_hook(state: CodecHookState, bucket: dist.GradBucket) -> torch.futures.
         fut.set_result(avg.to(grad.dtype))
         return fut
     payload, ctx = codec.compress(grad, bucket.index())
-    parts = [comm.allreduce_async(p, tag="grad") for p in payload]
 
-    def finish(_):
-        total = codec.decompress(tuple(f.value() for f in parts), ctx)
-        # the average goes back into the bucket itself: DDP then has nothing left to copy
-        return grad.copy_(total).div_(comm.world_size)
-    both = parts[0] if len(parts) == 1 else torch.futures.collect_all(parts)
-    return both.then(finish)
+    def average(summed):
+        # decoded straight into the bucket (DDP then has nothing left to copy), then averaged
+        return codec.decompress_into(summed, ctx, grad).div_(comm.world_size)
+    if len(payload) == 1:  # decompressed in the collective's own callback
+        return comm.allreduce_async(payload[0], tag="grad", then=lambda s: average((s,)))
+    parts = [comm.allreduce_async(p, tag="grad") for p in payload]
+    return torch.futures.collect_all(parts).then(
+        lambda _: average(tuple(f.value() for f in parts)))
