@@ -8,7 +8,7 @@ import torch
 import lab.compress as C
 from lab.compress.base import bernoulli, random_bytes
 from lab.compress.onebit import OneBit
-from lab.compress.packing import (pack_bits, pack_bits_reference, pack_uint, pack_uint_reference,
+from lab.compress.packing import (expand_codes, pack_bits, pack_bits_reference, pack_uint, pack_uint_reference,
                                   unpack_bits, unpack_bits_reference, unpack_uint,
                                   unpack_uint_reference)
 from lab.compress.qsgd import QSGD, bucket_norms, dequantize, quantize
@@ -252,3 +252,16 @@ def test_cuda_terngrad_unbiased():
     s = x.abs().max()
     sigma = (s * x.abs() - x ** 2).clamp(min=0).sqrt() / 200 ** 0.5  # per-entry std of the mean
     assert ((mean - x).abs() <= 6 * sigma + 1e-6).float().mean() > 0.999
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("n", [0, 1, 5, 1001])
+def test_expand_codes_equals_unpack_and_index(bits, n, device):
+    """Decoding by a byte table gives values[code] for every code, the padding ignored."""
+    codes = torch.randint(0, 2 ** bits, (n,), generator=gen(bits))
+    values = torch.randn(2 ** bits, generator=gen(7))
+    packed = pack_uint(codes.to(device), bits)
+    got = expand_codes(packed, n, bits, values.to(device))
+    assert got.shape == (n,) and torch.equal(got.cpu(), values[codes])
+

@@ -15,10 +15,11 @@ variant for small s is :mod:`lab.compress.qsgd_elias`.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .base import Compressor, bernoulli, check_finite, check_int, register
-from .packing import pack_bits, pack_uint, unpack_bits, unpack_uint
+from .base import Compressor, bernoulli, check_finite, check_int, register, to_bytes
+from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .fused import fused
 from .sign import nonnegative, set_sign, signs_from_bits
 
@@ -63,9 +64,10 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
         levels = stochastic_levels(v, safe[:, None], u, s, wide)
     else:
         r = v.abs().div_(safe[:, None]).mul_(s).clamp_(max=s)  # rounding may give |v_i| > ||v||
-        low = r.floor().reshape(-1)[:n]
-        up = bernoulli(r.reshape(-1)[:n].sub_(low), generator)  # P(up) = s|v_i|/||v|| - l
-        levels = low.to(wide).add_(up)  # (Lemma 3.1); random bits for the n values only
+        r = r.reshape(-1)[:n]
+        low = to_bytes(r, np.uint8 if s < 256 else np.int32)  # floor(r), as r >= 0
+        up = bernoulli(r.sub_(low), generator)  # P(up) = s|v_i|/||v|| - l
+        levels = low.add_(up)  # (Lemma 3.1); random bits for the n values only
     return norms, levels.reshape(-1)[:n], nonnegative(x).logical_not_()  # x < 0
 
 
@@ -112,7 +114,11 @@ class QSGD(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         norms, signs, levels = payload
-        levels = unpack_uint(levels, numel, self.bits, torch.uint8 if self.s < 256 else torch.int32)
+        if self.bits in (1, 2, 4, 8):  # each level as a float straight from a byte table
+            levels = expand_codes(levels, numel, self.bits, torch.arange(2 ** self.bits,
+                                  dtype=torch.float32, device=levels.device))
+        else:
+            levels = unpack_uint(levels, numel, self.bits, torch.int32)
         out = dequantize(norms, levels, signs,
                          self.s, self._bucket(numel), numel)
         return out.to(dtype)
