@@ -100,32 +100,34 @@ class Collective:
             return out
         start, nbytes = time.perf_counter(), _nbytes(w)
         work = dist.all_reduce(w, _OPS[op], group=self.group, async_op=True)
+
+        def collected(f):  # the collective has finished on this rank (or raises its error)
+            f.value()
+            if w.is_cuda:
+                torch.cuda.synchronize(w.device)
+
+        def complete(modeled):  # record it, hand back the result
+            self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes)
+            if w is not t:
+                t.copy_(w)
+            return then(t) if then else t
+
         if self.network is None:  # nothing to wait for: chain on the work's own future
             def after(f):
-                f.value()  # re-raise a failed collective (the chained future carries it)
-                if w.is_cuda:
-                    torch.cuda.synchronize(w.device)
-                self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, 0.0, nbytes)
-                if w is not t:
-                    t.copy_(w)
-                return then(t) if then else t
+                collected(f)
+                return complete(0.0)
             return work.get_future().then(after)
 
         def finish(modeled):
             try:
-                self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes)
-                if w is not t:
-                    t.copy_(w)
-                out.set_result(then(t) if then else t)
+                out.set_result(complete(modeled))
             except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
                 out.set_exception(exc)
 
         def done(f):
             try:
-                f.value()  # re-raise a failed collective
-                if w.is_cuda:
-                    torch.cuda.synchronize(w.device)
-                modeled = self.network.time("allreduce", nbytes, self.world_size) if self.network else 0.0
+                collected(f)
+                modeled = self.network.time("allreduce", nbytes, self.world_size)
                 left = modeled - (time.perf_counter() - start)
                 if left > 0:  # a timer, not a sleep: never block the thread that completed it
                     timer = threading.Timer(left, finish, (modeled,))

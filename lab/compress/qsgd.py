@@ -15,10 +15,9 @@ variant for small s is :mod:`lab.compress.qsgd_elias`.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from .base import Compressor, bernoulli, check_finite, check_int, register, to_bytes
+from .base import Compressor, bernoulli, check_finite, check_int, register, truncate
 from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .fused import fused
 from .sign import nonnegative, set_sign, signs_from_bits
@@ -65,7 +64,7 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
     else:
         r = v.abs().div_(safe[:, None]).mul_(s).clamp_(max=s)  # rounding may give |v_i| > ||v||
         r = r.reshape(-1)[:n]
-        low = to_bytes(r, np.uint8 if s < 256 else np.int32)  # floor(r), as r >= 0
+        low = truncate(r, wide)  # floor(r), as r >= 0
         up = bernoulli(r.sub_(low), generator)  # P(up) = s|v_i|/||v|| - l
         levels = low.add_(up)  # (Lemma 3.1); random bits for the n values only
     return norms, levels.reshape(-1)[:n], nonnegative(x).logical_not_()  # x < 0
