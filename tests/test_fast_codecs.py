@@ -6,14 +6,14 @@ import pytest
 import torch
 
 import lab.compress as C
-from lab.compress.base import bernoulli, random_bytes
+from lab.compress.base import bernoulli, random_bytes, round_stochastic
 from lab.compress.onebit import OneBit
 from lab.compress.packing import (expand_codes, pack_bits, pack_bits_reference, pack_uint, pack_uint_reference,
                                   unpack_bits, unpack_bits_reference, unpack_uint,
                                   unpack_uint_reference)
 from lab.compress.qsgd import QSGD, bucket_norms, dequantize, quantize
 from lab.compress.sign import set_sign, signs_from_bits
-from lab.compress.terngrad import ternary_values
+from lab.compress.terngrad import TernGrad, std, sum_of_squares, ternary_values
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
@@ -88,6 +88,40 @@ def test_bernoulli_probability_is_exact(device):
         assert abs(got - p) <= 5 * sigma + 1e-12, (p, got)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_round_stochastic_is_exact_and_stays_at_or_below_top(device):
+    """E[level] = r for r on, between and just off the 1/256 grid; the level is floor(r) or
+    floor(r) + 1, never above ``top`` even where rounding put r a hair above it."""
+    n, top = 200_000, 15
+    g = C.make("qsgd").generator_for(device)
+    for r in (0.0, 3.0, 7.5, 2 + 1 / 512, 4 + 255.5 / 256, 14.999, 15.0):
+        levels = round_stochastic(torch.full((n,), 256 * r, device=device), top, g)
+        assert levels.dtype == torch.uint8
+        assert set(levels.unique().tolist()) <= {int(r), min(int(r) + 1, top)}
+        frac = r - int(r)
+        got = levels.double().mean().item()
+        assert abs(got - r) <= 5 * (frac * (1 - frac) / n) ** 0.5 + 1e-12, (r, got)
+    above = torch.full((n,), 256 * top * (1 + 2 ** -22), device=device)
+    assert torch.equal(round_stochastic(above, top, g).cpu(), torch.full((n,), top, dtype=torch.uint8))
+
+
+def test_std_is_the_population_std():
+    """the one-pass std equals a float64 two-pass one; a constant tensor has sigma 0."""
+    for x in (torch.randn(3 * 2 ** 16 + 77, generator=gen()) * 3 + 0.2,
+              torch.randn(10, generator=gen()) + 100, torch.tensor([1.0, 2.0])):
+        assert std(x).item() == pytest.approx(x.double().std(unbiased=False).item(), rel=1e-5)
+        assert sum_of_squares(x).item() == pytest.approx((x.double() ** 2).sum().item(), rel=1e-6)
+    for c in (0.1, 3.0, -7e-5):
+        assert std(torch.full((100_000,), c)).item() == 0.0
+
+
+def test_terngrad_keeps_a_constant_tensor():
+    """sigma of a constant tensor is 0, not its rounding noise: nothing is clipped away."""
+    x = torch.full((10_000,), 0.1)
+    y = TernGrad(seed=1).decompress(*TernGrad(seed=1).compress(x))
+    assert torch.allclose(y, x)
+
+
 # -- qsgd: same deterministic part as the plain formula; huge inputs ---------------------------
 
 def test_qsgd_levels_round_the_reference_ratio():
@@ -121,6 +155,12 @@ def test_qsgd_huge_inputs_give_no_nan(name):
     norms = bucket_norms(x.view(-1, 500))
     ref = torch.stack([(c.double() ** 2).sum().sqrt() for c in x.view(-1, 500)]).float()
     assert torch.allclose(norms, ref, rtol=1e-5)
+
+
+def test_qsgd_norm_of_a_long_bucket_is_accurate():
+    """one bucket of 2^20 values: torch's one-pass norm is ~1e-5 off there; ours is not."""
+    x = torch.randn(2 ** 20, generator=gen()) + 0.3
+    assert bucket_norms(x.view(1, -1)).item() == pytest.approx(x.double().norm().item(), rel=1e-6)
 
 
 def test_qsgd_norm_beyond_float32_is_refused():

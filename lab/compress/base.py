@@ -76,27 +76,48 @@ def random_bytes(n: int, generator: torch.Generator, device) -> torch.Tensor:
 
 
 def bernoulli(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Boolean draws with P(True) = ``p`` (float32, in [0, 1]), on ``p``'s device.
+    """Boolean draws with P(True) = ``p`` (float32, in [0, 1]), on ``p``'s device: the
+    stochastic rounding of ``p`` (:func:`round_stochastic`, top level 1).
+    Reference: ``torch.rand(p.shape) < p`` (same distribution)."""
+    return round_stochastic(p * 256, 1, generator).view(torch.bool).view(p.shape)
 
-    Stochastic rounding needs one uniform per value; 8 random bits decide all but 1/256 of
-    them: with ``q = 256 p``, byte ``u < floor(q)`` is True, ``u > floor(q)`` False, and only
-    on a tie ``u == floor(q)`` a float32 uniform decides (True with probability ``q - floor
-    q``). So P(True) = floor(q)/256 + (q - floor q)/256 = p exactly, at ~8 bits per value
-    instead of 32. Reference: ``torch.rand(p.shape) < p`` (same distribution)."""
-    # floor(q) as bytes, so both comparisons run on uint8 (a float compare would widen every
-    # byte to float32: ~5x slower on the CPU). q = 256 (p = 1) is clamped to 255 and decided
-    # on the tie below, where its fraction is 1 and it needs no random number.
-    hi = truncate((p * 256).clamp_(max=255), torch.uint8)
-    u = random_bytes(p.numel(), generator, p.device).view(p.shape)
-    up = u < hi
-    tie = _where_equal(u.reshape(-1), hi.reshape(-1))  # flat indices, increasing
+
+def round_stochastic(r256: torch.Tensor, top: int, generator: torch.Generator) -> torch.Tensor:
+    """Unbiased stochastic rounding of ``r = r256 / 256`` to uint8 levels: ``floor(r) + 1`` with
+    probability ``r - floor(r)``, else ``floor(r)``, never above ``top``.
+
+    ``r256`` is float32 with ``0 <= r <= top <= 255``; where rounding pushes ``r`` a hair above
+    ``top`` (a ratio to a norm), the level stays ``top``. Callers scale by 256 in the pass that
+    computes ``r`` (exact: a power of two). Reference: ``floor(r) + (torch.rand(n) < r -
+    floor(r))`` (same distribution).
+
+    How: ``T = floor(256 r)`` is ``r`` in fixed point with 8 fraction bits. Adding a uniform
+    random byte ``u`` carries into the level bits exactly when ``(T mod 256) + u >= 256``, i.e.
+    with probability ``(T mod 256) / 256``; only on a tie, where the sum's low byte is 255
+    (1/256 of the values), does the rest of the fraction, ``256 r - T``, decide with a float32
+    uniform. So P(up) = r - floor(r) exactly, at ~8 random bits per value instead of 32."""
+    n = r256.numel()
+    u = random_bytes(n, generator, r256.device)
+    if r256.device.type == "cpu":  # numpy: its casts and uint8/uint16 passes are ~2-5x torch's
+        r = r256.detach().reshape(-1).numpy()
+        total = r.astype(np.uint16)  # T <= 255 * 256, + u <= 65535: no overflow
+        np.add(total, u.numpy(), out=total)
+        levels = torch.from_numpy((total >> 8).astype(np.uint8))
+        tie = torch.from_numpy(np.flatnonzero(total.astype(np.uint8) == 255))
+    else:
+        total = r256.reshape(-1).to(torch.int32).add_(u)
+        levels = (total >> 8).to(torch.uint8)
+        tie = ((total & 255) == 255).nonzero().reshape(-1)
     if tie.numel():
-        frac = p.reshape(-1)[tie] * 256 - hi.reshape(-1)[tie]
-        draw = frac < 1  # p = 1 wins its tie without a random number
-        won = torch.ones_like(draw)
-        won[draw] = torch.rand(int(draw.sum()), generator=generator, device=p.device) < frac[draw]
-        up.view(-1)[tie] = won
-    return up
+        rt = r256.reshape(-1)[tie]
+        frac = rt - rt.floor()  # the fraction below the 8th bit, in [0, 1)
+        frac[levels[tie] >= top] = 0.0  # the top level never rounds up
+        draw = frac > 0  # a zero fraction loses its tie without a random number
+        won = torch.zeros_like(draw)
+        won[draw] = torch.rand(int(draw.sum()), generator=generator,
+                               device=r256.device) < frac[draw]
+        levels[tie] += won.to(torch.uint8)
+    return levels.view(r256.shape)
 
 
 def truncate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -106,13 +127,6 @@ def truncate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         np_dtype = {torch.uint8: np.uint8, torch.int32: np.int32}[dtype]
         return torch.from_numpy(x.detach().contiguous().numpy().astype(np_dtype))
     return x.to(dtype)
-
-
-def _where_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Indices i (increasing) with ``a[i] == b[i]`` for 1-D tensors (numpy's on the CPU: ~3x)."""
-    if a.device.type == "cpu":
-        return torch.from_numpy(np.flatnonzero(a.numpy() == b.numpy()))
-    return (a == b).nonzero().reshape(-1)
 
 
 class Compressor:

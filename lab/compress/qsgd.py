@@ -15,12 +15,17 @@ variant for small s is :mod:`lab.compress.qsgd_elias`.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .base import Compressor, bernoulli, check_finite, check_int, register, truncate
-from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
+from .base import (Compressor, bernoulli, check_finite, check_int, register, round_stochastic,
+                   truncate)
 from .fused import fused
-from .sign import nonnegative, set_sign, signs_from_bits
+from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
+from .sign import negative, set_sign, set_sign_bits
+
+
+_BLOCK = 2 ** 16  # rows up to this long get torch's one-pass norm: ~1e-6 relative error there
 
 
 def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
@@ -28,7 +33,10 @@ def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
 
     Squaring 1e30 overflows float32 (the naive norm returns Inf and the codec NaN); scaling
     first is only needed then, so it runs only when a plain norm came out infinite."""
-    norms = torch.linalg.vector_norm(buckets, dim=1)
+    if buckets.shape[1] <= _BLOCK:
+        norms = torch.linalg.vector_norm(buckets, dim=1)
+    else:  # a long vector_norm sums sequentially (~1e-4 off at 4M values); sum pairwise
+        norms = buckets.square().sum(dim=1).sqrt()
     if not torch.isfinite(norms).all():
         check_finite(buckets, "qsgd")  # NaN or Inf in the input; else the squares overflowed
         m = buckets.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
@@ -47,6 +55,31 @@ def as_buckets(x: torch.Tensor, bucket: int) -> torch.Tensor:
     return (torch.cat([x, x.new_zeros(pad)]) if pad else x).view(-1, bucket)
 
 
+def ratios(v: torch.Tensor, norms: torch.Tensor, scale: float) -> torch.Tensor:
+    """``scale * |v_i| / ||v||`` for each row of buckets ``v`` (float32; a new tensor)."""
+    if v.device.type == "cpu":  # numpy's in-place passes: ~2x torch's on one thread
+        out = np.abs(v.detach().numpy())
+        np.divide(out, norms.numpy()[:, None], out=out)
+        np.multiply(out, np.float32(scale), out=out)
+        return torch.from_numpy(out)
+    return v.abs().div_(norms[:, None]).mul_(scale)
+
+
+def scale_buckets_(x: torch.Tensor, scale: torch.Tensor, bucket: int) -> torch.Tensor:
+    """``x[i] *= scale[i // bucket]`` in place, for 1-D contiguous float32 ``x`` (the last bucket
+    may be short)."""
+    full = x.numel() // bucket * bucket
+    head, tail = x[:full].view(-1, bucket), x[full:]
+    if x.device.type == "cpu":
+        h, sc = head.numpy(), scale.numpy()
+        np.multiply(h, sc[:h.shape[0], None], out=h)
+    else:
+        head.mul_(scale[:head.shape[0], None])
+    if tail.numel():
+        tail.mul_(scale[-1])
+    return x
+
+
 def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator):
     """Return (norms float32 per bucket, levels in [0, s], negative bool) for ``flat``.
 
@@ -57,17 +90,17 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
     v = as_buckets(x, bucket)
     norms = bucket_norms(v)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))  # an all-zero bucket stays 0
-    wide = torch.uint8 if s < 256 else torch.int32
     if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the whole chain
         u = torch.rand(v.shape, generator=generator, device=v.device)
-        levels = stochastic_levels(v, safe[:, None], u, s, wide)
-    else:
-        r = v.abs().div_(safe[:, None]).mul_(s).clamp_(max=s)  # rounding may give |v_i| > ||v||
-        r = r.reshape(-1)[:n]
-        low = truncate(r, wide)  # floor(r), as r >= 0
-        up = bernoulli(r.sub_(low), generator)  # P(up) = s|v_i|/||v|| - l
-        levels = low.add_(up)  # (Lemma 3.1); random bits for the n values only
-    return norms, levels.reshape(-1)[:n], nonnegative(x).logical_not_()  # x < 0
+        levels = stochastic_levels(v, safe[:, None], u, s, torch.uint8 if s < 256 else torch.int32)
+    elif s < 256:  # r = s |v_i| / ||v||, rounded up with probability r - floor(r) (Lemma 3.1)
+        r256 = ratios(v, safe, 256 * s).reshape(-1)[:n]  # random bits for the n values only
+        levels = round_stochastic(r256, s, generator)
+    else:  # levels beyond a byte: floor, then a Bernoulli draw for the fraction
+        r = ratios(v, safe, s).clamp_(max=s).reshape(-1)[:n]  # rounding may give |v_i| > ||v||
+        low = truncate(r, torch.int32)
+        levels = low.add_(bernoulli(r.sub_(low), generator))
+    return norms, levels.reshape(-1)[:n], negative(x)
 
 
 @fused
@@ -79,12 +112,14 @@ def stochastic_levels(v, norm, u, s: int, dtype):
 
 
 def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torch.Tensor:
-    """float32 values ``norm * sign * level / s`` (``negative``: bool, or packed sign bits)."""
-    mag = as_buckets(levels, bucket).float().mul_(norms.float()[:, None]).div_(s)
-    mag = mag.reshape(-1)[:numel]
-    if negative.dtype == torch.uint8:  # packed: multiply by +-1 read from a byte table
-        return mag * signs_from_bits(~negative, numel)
-    return set_sign(mag.contiguous(), negative)
+    """float32 values ``norm * sign * level / s`` (``negative``: bool, or packed sign bits).
+
+    ``levels`` may be float32 already (then it is scaled in place)."""
+    mag = scale_buckets_(levels.reshape(-1)[:numel].float().contiguous(), norms.float(), bucket)
+    mag.div_(s)
+    if negative.dtype == torch.uint8:  # packed bits: or each sign bit in from a byte table
+        return set_sign_bits(mag, negative)
+    return set_sign(mag, negative)
 
 
 @register("qsgd")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .base import Compressor, register
-from .packing import expand_bits, pack_bits
+from .packing import expand_bits, expand_codes, pack_bits
 
 
 def nonnegative(x: torch.Tensor) -> torch.Tensor:
@@ -21,6 +21,13 @@ def nonnegative(x: torch.Tensor) -> torch.Tensor:
     if x.device.type == "cpu" and x.dtype == torch.float32:
         return torch.from_numpy(x.detach().contiguous().numpy() >= 0)
     return x >= 0
+
+
+def negative(x: torch.Tensor) -> torch.Tensor:
+    """``x < 0`` as a bool tensor (numpy's compare for float32 on the CPU)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        return torch.from_numpy(x.detach().contiguous().numpy() < 0)
+    return x < 0
 
 
 def sign_bits(flat: torch.Tensor) -> torch.Tensor:
@@ -36,6 +43,17 @@ def set_sign(mag: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     the cost of ``where`` on the CPU."""
     bits = mag.view(torch.int32)
     bits.bitwise_or_(negative.reshape(mag.shape).to(torch.int32).bitwise_left_shift_(31))
+    return mag
+
+
+_SIGN_BIT = torch.tensor([0, -2 ** 31], dtype=torch.int32)  # bit 31 set, as an int32
+
+
+def set_sign_bits(mag: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """:func:`set_sign` with the ``negative`` flags packed (:func:`pack_bits`): each flag's
+    sign bit comes from a byte table (:func:`expand_codes`), then one OR. In place."""
+    bits = expand_codes(packed, mag.numel(), 1, _SIGN_BIT)
+    mag.view(torch.int32).bitwise_or_(bits.view(mag.shape))
     return mag
 
 
