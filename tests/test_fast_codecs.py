@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lab.compress as C
-from lab.compress.base import bernoulli, random_bytes, round_stochastic
+from lab.compress.base import _carry, bernoulli, random_bytes, round_stochastic
 from lab.compress.onebit import OneBit
 from lab.compress.packing import (expand_codes, pack_bits, pack_bits_reference, pack_uint, pack_uint_reference,
                                   unpack_bits, unpack_bits_reference, unpack_uint,
@@ -103,6 +103,16 @@ def test_round_stochastic_is_exact_and_stays_at_or_below_top(device):
         assert abs(got - r) <= 5 * (frac * (1 - frac) / n) ** 0.5 + 1e-12, (r, got)
     above = torch.full((n,), 256 * top * (1 + 2 ** -22), device=device)
     assert torch.equal(round_stochastic(above, top, g).cpu(), torch.full((n,), top, dtype=torch.uint8))
+
+
+def test_carry_numpy_equals_torch():
+    """the CPU's numpy carry and the torch one every other device runs give the same levels
+    and ties (tested here on the CPU, so CI covers the GPU's logic)."""
+    r256 = torch.rand(100_003, generator=gen()) * 256 * 15
+    r256[:5] = torch.tensor([0.0, 255.0, 256.0, 3840.0, 3839.5])
+    u = random_bytes(r256.numel(), gen(1), "cpu")
+    for a, b in zip(_carry(r256, u, numpy=True), _carry(r256, u, numpy=False)):
+        assert torch.equal(a, b)
 
 
 def test_std_is_the_population_std():

@@ -96,18 +96,8 @@ def round_stochastic(r256: torch.Tensor, top: int, generator: torch.Generator) -
     with probability ``(T mod 256) / 256``; only on a tie, where the sum's low byte is 255
     (1/256 of the values), does the rest of the fraction, ``256 r - T``, decide with a float32
     uniform. So P(up) = r - floor(r) exactly, at ~8 random bits per value instead of 32."""
-    n = r256.numel()
-    u = random_bytes(n, generator, r256.device)
-    if r256.device.type == "cpu":  # numpy: its casts and uint8/uint16 passes are ~2-5x torch's
-        r = r256.detach().reshape(-1).numpy()
-        total = r.astype(np.uint16)  # T <= 255 * 256, + u <= 65535: no overflow
-        np.add(total, u.numpy(), out=total)
-        levels = torch.from_numpy((total >> 8).astype(np.uint8))
-        tie = torch.from_numpy(np.flatnonzero(total.astype(np.uint8) == 255))
-    else:
-        total = r256.reshape(-1).to(torch.int32).add_(u)
-        levels = (total >> 8).to(torch.uint8)
-        tie = ((total & 255) == 255).nonzero().reshape(-1)
+    u = random_bytes(r256.numel(), generator, r256.device)
+    levels, tie = _carry(r256.detach().reshape(-1), u, numpy=r256.device.type == "cpu")
     if tie.numel():
         rt = r256.reshape(-1)[tie]
         frac = rt - rt.floor()  # the fraction below the 8th bit, in [0, 1)
@@ -118,6 +108,17 @@ def round_stochastic(r256: torch.Tensor, top: int, generator: torch.Generator) -
                                device=r256.device) < frac[draw]
         levels[tie] += won.to(torch.uint8)
     return levels.view(r256.shape)
+
+
+def _carry(r256: torch.Tensor, u: torch.Tensor, numpy: bool):
+    """(floor(256 r) + u) >> 8 as uint8, and the flat indices where its low byte is 255."""
+    if numpy:  # the CPU: numpy's casts and uint8/uint16 passes are ~2-5x torch's
+        total = r256.numpy().astype(np.uint16)  # T <= 255 * 256, + u <= 65535: no overflow
+        np.add(total, u.numpy(), out=total)
+        return (torch.from_numpy((total >> 8).astype(np.uint8)),
+                torch.from_numpy(np.flatnonzero(total.astype(np.uint8) == 255)))
+    total = r256.to(torch.int32).add_(u)
+    return (total >> 8).to(torch.uint8), ((total & 255) == 255).nonzero().reshape(-1)
 
 
 def truncate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
