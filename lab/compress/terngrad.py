@@ -19,13 +19,12 @@ lives in the ``terngrad_shared`` aggregator. Wire: codes {0: 0, 1: +1, 2: -1} at
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .base import Compressor, check_finite, register, round_stochastic
 from .fused import fused
 from .packing import expand_codes, pack_uint
-from .qsgd import _BLOCK
+from .qsgd import ratios, sums_of_squares
 from .sign import negative
 
 
@@ -36,20 +35,12 @@ def std(x: torch.Tensor) -> torch.Tensor:
     where the mean is large enough for that subtraction to lose digits, ``torch.std``'s
     two-pass form instead."""
     n = x.numel()
-    mean, rms = x.sum() / n, (sum_of_squares(x) / n).sqrt()
+    mean, rms = x.sum() / n, (sums_of_squares(x.reshape(1, -1))[0] / n).sqrt()
     if not mean.abs() <= 0.1 * rms:  # (also NaN) E[x]^2 > 1% of E[x^2]: cancellation
         sigma = x.std(unbiased=False)
         # a constant tensor's two-pass std is rounding noise (~1e-8 |mean|), not a spread
         return torch.where(sigma <= 1e-6 * mean.abs(), torch.zeros_like(sigma), sigma)
     return (rms.double() ** 2 - mean.double() ** 2).sqrt().float()
-
-
-def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
-    """sum x_i^2 of 1-D float32 ``x`` in one pass: the l2 norms of 65536-value blocks (one long
-    vector_norm sums sequentially, ~1e-4 off at 4M values), then squared and summed pairwise."""
-    full = x.numel() // _BLOCK * _BLOCK
-    blocks = torch.linalg.vector_norm(x[:full].view(-1, _BLOCK), dim=1)
-    return blocks.square().sum() + x[full:].square().sum()
 
 
 def clip_bound(x: torch.Tensor, c: float | None) -> float | None:
@@ -74,8 +65,7 @@ def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> t
         return torch.zeros(x.numel(), dtype=torch.uint8, device=x.device)
     if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the chain
         return ternary_codes(x, s, torch.rand(x.shape, generator=generator, device=x.device))
-    r256 = torch.from_numpy(np.abs(x.detach().numpy())) if x.device.type == "cpu" else x.abs()
-    r256.div_(s / 256).clamp_(max=256)  # 256 |g_i| / s, exact as 256 is a power of two
+    r256 = ratios(x.reshape(1, -1), s.reshape(1), 256).clamp_(max=256).reshape(-1)  # 256|g_i|/s
     keep = round_stochastic(r256, 1, generator)  # b_i ~ Bernoulli(|g_i| / s)
     return keep.bitwise_left_shift_(negative(x).view(torch.uint8))
 
