@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from lab.comm import Network, NetworkSchedule
@@ -44,9 +45,12 @@ def test_straggler_sleeps_its_slowdown_and_draws_reproducible_jitter():
 
 
 def test_a_slow_rank_slows_the_synchronous_step():
-    fast, slow = train(CFG, 2), train(CFG.with_(slow_ranks={1: 4.0}), 2)
+    # The MLP's gradient takes well under a millisecond, about the noise of a loaded 2-core
+    # machine, so the slowdown is large (rank 1 sleeps 29x its compute) and the first step,
+    # which pays warm-up, is left out.
+    fast, slow = train(CFG, 2), train(CFG.with_(slow_ranks={1: 30.0}), 2)
     assert slow.loss == pytest.approx(fast.loss, rel=1e-6)  # same math, only later
-    assert sum(slow.step_s) > sum(fast.step_s)
+    assert np.median(slow.step_s[1:]) > np.median(fast.step_s[1:])
 
 
 @pytest.mark.parametrize("kw, match", [
