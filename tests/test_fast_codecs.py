@@ -202,6 +202,18 @@ def test_onebit_means_equal_reference(bucket):
     assert torch.equal(out, torch.where(pos, means[ids, 0], means[ids, 1]))
 
 
+def test_onebit_refuses_nan_inf_and_an_overflowing_sum():
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(FloatingPointError, match="NaN or Inf"):
+            OneBit().compress(torch.tensor([1.0, bad, -2.0]))
+        with pytest.raises(FloatingPointError, match="NaN or Inf"):  # not in the first bucket
+            OneBit(bucket_size=2).compress(torch.tensor([1.0, -1.0, -2.0, bad, 5.0, -5.0]))
+    with pytest.raises(OverflowError, match="onebit: a bucket's sum"):
+        OneBit().compress(torch.full((4,), 3e38))
+    payload, _ = OneBit(bucket_size=2).compress(torch.tensor([3e38, -1.0, 3e38, 0.0]))
+    assert torch.equal(payload[1], torch.tensor([3e38, -1.0, 1.5e38, 0.0]))  # per bucket: fine
+
+
 # -- casts: one check on the output still catches everything -----------------------------------
 
 def test_casts_check_their_output():
