@@ -61,6 +61,14 @@ def _hang(ctx):
     return ctx.rank
 
 
+def _slow_but_stepping(ctx):
+    for step in range(20):  # 8 s in all, never more than 0.4 s without a report
+        time.sleep(0.4)
+        ctx.progress(step + 1, 20)
+        ctx.comm.barrier()  # the ranks stay in step, as training does
+    return ctx.rank
+
+
 def _big(ctx):
     return torch.full((4_000_000,), float(ctx.rank))  # 16 MB per rank through the queue
 
@@ -134,6 +142,11 @@ def test_hanging_rank_times_out_and_is_ended():
         launch(_hang, 2, timeout=3)
     assert time.monotonic() - t0 < 10
     assert not _children()
+
+
+def test_timeout_counts_time_without_progress_not_the_whole_run():
+    launch(_pid, 2)  # a warm forkserver: start-up is not what this test times
+    assert launch(_slow_but_stepping, 2, timeout=3.5, progress=False) == [0, 1]
 
 
 def test_large_results_do_not_deadlock():

@@ -8,8 +8,11 @@ by value with cloudpickle, so functions defined in a notebook work. Results come
 to bytes (tensors never travel through multiprocessing queues), and the caller drains the
 queue while it waits, so big results cannot deadlock.
 
-If any rank raises, dies (even by SIGKILL) or outlives ``timeout``, every rank is ended and
-one :class:`LaunchError` names the rank and carries its traceback. Ranks also die with the
+If any rank raises, dies (even by SIGKILL) or the launch makes no progress for ``timeout``
+seconds, every rank is ended and one :class:`LaunchError` names the rank and carries its
+traceback. Progress is a report from rank 0 (:meth:`RankContext.progress`, once per training
+step), so a long run that keeps stepping is never mistaken for a hang; a function that reports
+nothing must finish within ``timeout``. Ranks also die with the
 caller (PR_SET_PDEATHSIG), so no orphans are left behind.
 
 Peers that lost their connection to a failed rank are echoes, not the cause (see
@@ -125,7 +128,7 @@ def _collect(procs, q, world_size, timeout, progress, stderrs) -> list:
     first_failure = None
 
     def take(wait: float) -> bool:
-        nonlocal bar
+        nonlocal bar, deadline
         try:
             msg = q.get(timeout=wait)
         except queue_mod.Empty:
@@ -137,8 +140,10 @@ def _collect(procs, q, world_size, timeout, progress, stderrs) -> list:
             errors.append(msg[2:] + (rank,))
         elif kind == "log":
             print(f"[rank {rank}] {msg[2]}", flush=True)
-        elif kind == "progress" and progress:
-            bar = _advance(bar, *msg[2:])
+        elif kind == "progress":
+            deadline = time.monotonic() + timeout  # a hang is time without progress
+            if progress:
+                bar = _advance(bar, *msg[2:])
         return True
 
     try:
@@ -164,8 +169,8 @@ def _collect(procs, q, world_size, timeout, progress, stderrs) -> list:
                     break
             if time.monotonic() > deadline:
                 pending = [r for r in range(world_size) if r not in results]
-                raise LaunchError(pending[0], f"timeout: rank(s) {pending} of {world_size} did "
-                                  f"not finish within {timeout:g} s (a hang, a deadlock, or a "
+                raise LaunchError(pending[0], f"timeout: rank(s) {pending} of {world_size} made "
+                                  f"no progress for {timeout:g} s (a hang, a deadlock, or a "
                                   f"mismatched collective); all ranks were ended")
     finally:
         if bar is not None:
