@@ -12,8 +12,8 @@ If any rank raises, dies (even by SIGKILL) or the launch makes no progress for `
 seconds, every rank is ended and one :class:`LaunchError` names the rank and carries its
 traceback. Progress is a report from rank 0 (:meth:`RankContext.progress`, once per training
 step), so a long run that keeps stepping is never mistaken for a hang; a function that reports
-nothing must finish within ``timeout``. Ranks also die with the
-caller (PR_SET_PDEATHSIG), so no orphans are left behind.
+nothing must finish within ``timeout``. Ranks also die with the caller (PR_SET_PDEATHSIG), so
+no orphans are left behind.
 
 Peers that lost their connection to a failed rank are echoes, not the cause (see
 :mod:`lab.runtime.failure`); each rank's stderr goes to a file the caller reads and forwards to
