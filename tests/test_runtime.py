@@ -1,6 +1,7 @@
 """The runner: results by rank, failures surfaced (raise, SIGKILL, hang), no orphans, no clashes."""
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -196,3 +197,33 @@ def test_no_gpu_means_gloo_on_cpu_and_nccl_is_refused():
     assert launch(_rank_info, 1, 0)[0]["backend"] == "gloo"
     with pytest.raises(ValueError, match="nccl"):
         launch(_rank_info, 2, 0, backend="nccl")
+
+
+
+def _rss_kept_after_free(ctx=None, mb=64):
+    """Resident MB still held after a ``mb`` MB tensor is touched and freed."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page / 2 ** 20
+    before = rss()
+    x = torch.ones(mb * 2 ** 18)  # mb MB of float32, every page touched
+    del x
+    return rss() - before
+
+
+def _kept_in_fresh_process(env):
+    code = ("from lab.runtime.allocator import keep_freed_memory as k; k(); "
+            "from tests.test_runtime import _rss_kept_after_free as f; print(f())")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=True,
+                         capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    return float(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc tuning")
+def test_ranks_keep_freed_memory_for_the_next_step():
+    # glibc's defaults map a 64 MB block and hand it back on free; the tuned allocator keeps it
+    assert launch(_rss_kept_after_free, 1)[0] > 48
+    assert _kept_in_fresh_process({}) > 48
+    assert _kept_in_fresh_process({"LAB_KEEP_FREED_MEMORY": "0"}) < 16

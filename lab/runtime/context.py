@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from ..comm import Collective, Network
+from .allocator import keep_freed_memory
 
 
 @dataclass
@@ -75,6 +76,7 @@ def from_env(backend: str = "auto", device: str = "auto", network=None,
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     backend, kind = pick_backend(1, backend, device)  # per node: one GPU per local rank
+    keep_freed_memory()
     if not dist.is_initialized():
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout))

@@ -39,6 +39,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..comm import Collective, Network
+from .allocator import keep_freed_memory
 from .context import RankContext, pick_backend, rank_device
 from .failure import StderrTail, is_echo, signal_name, stderr_to, summary
 
@@ -235,6 +236,7 @@ def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout,
                stderr_path):
     _die_with_parent()
     stderr_to(stderr_path)
+    keep_freed_memory()  # gradient-sized temporaries every step: reuse them, no page faults
     torch.set_num_threads(threads)
     code = 0
     try:
