@@ -6,7 +6,7 @@ tensor of ``elements`` values on ``device``; ``GB/s`` is input bytes per second;
 that time over the time of ``tensor.clone()`` on the same device (1.0 = as fast as a copy).
 On the CPU the default is one thread (the issue's measure); on a GPU every call is
 synchronised before the clock stops. ``ratio`` is the compression ratio (dense bytes / wire
-bytes), from the payload itself. The CLI tunes glibc's allocator as the training ranks do
+bytes), from the payload itself. :func:`run` tunes glibc's allocator as the training ranks do
 (:mod:`lab.runtime.allocator`; ``LAB_KEEP_FREED_MEMORY=0`` measures with its defaults).
 """
 from __future__ import annotations
@@ -42,6 +42,7 @@ def _best(fn, repeats: int, sync) -> float:
 def run(names=None, sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 3, threads: int = 1,
         device: str = "cpu") -> list[dict]:
     dev = torch.device(device)
+    keep_freed_memory()  # measured as the training ranks run them
     before = torch.get_num_threads()
     if dev.type == "cpu" and threads:
         torch.set_num_threads(threads)
@@ -92,7 +93,6 @@ def main(argv=None) -> list[dict]:
     sizes = a.sizes or ([2 ** 24] if a.device.startswith("cuda") else
                         [2 ** 20] if a.quick else [2 ** 20, 2 ** 22])
     repeats = a.repeats or (3 if a.quick else 5)
-    keep_freed_memory()  # as in the ranks that run the codecs
     rows = run(a.codecs, sizes, repeats, a.threads, a.device)
     if a.json:
         print(json.dumps(rows, indent=1))

@@ -5,14 +5,15 @@ codes, a decoded tensor, an averaged gradient. With glibc's defaults a block of 
 megabytes is mapped from the kernel when allocated and handed back when freed, so the next
 step's block is faulted in again page by page, and the heap's top is trimmed the same way. On
 our 2-core CI machine that tripled QSGD's codec time per step (17.8 ms against 5.6 ms for the
-VGG-like model on 2 ranks) and took the fp32 baseline's exchange from 2.1 to 0.7 ms.
+VGG-like model on 2 ranks); even the fp32 baseline's copies took 2.1 ms instead of 0.7 ms.
 
 :func:`keep_freed_memory` raises the mmap threshold and turns heap trimming off, so freed blocks
-stay in the heap for the next step. It is the reason PyTorch's CPU performance guide recommends
-jemalloc or tcmalloc, done with the allocator every Linux process already has. The price is
-that a process keeps its peak memory until it exits, which suits a training rank. So the ranks
-:func:`lab.runtime.launch` starts, ``from_env`` under torchrun and ``python -m lab bench codecs``
-call it; importing lab never does. Set ``LAB_KEEP_FREED_MEMORY=0`` to keep glibc's defaults.
+stay in the heap for the next step. PyTorch's CPU performance tuning guide recommends jemalloc
+or tcmalloc for the same reason; this does it with the allocator every Linux process has. The
+price is that a process keeps its peak memory until it exits, which suits a training rank. So
+the ranks :func:`lab.runtime.launch` starts, ``from_env`` under torchrun and
+``lab.bench.codecs.run`` (in the process it measures) call it; importing lab never does. Set
+``LAB_KEEP_FREED_MEMORY=0`` to keep glibc's defaults.
 """
 from __future__ import annotations
 
