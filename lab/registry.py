@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 from typing import Any, Callable
 
 
@@ -34,10 +35,37 @@ class Registry:
         return self._factories[name]
 
     def make(self, name: str, **kwargs) -> Any:
+        self.check_arguments(name, kwargs)
         return self.get(name)(**kwargs)
+
+    def check_arguments(self, name: str, kwargs, injected: tuple = ()) -> None:
+        """Raise a TypeError naming the first keyword in ``kwargs`` that ``name`` does not take
+        (``injected``: arguments lab passes itself, which a user may not)."""
+        takes = _arguments(self.get(name))
+        if takes is None:
+            return
+        takes = [t for t in takes if t not in injected]
+        for k in kwargs:
+            if k not in takes:
+                close = difflib.get_close_matches(k, takes, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"{self.kind} {name!r}: unknown argument {k!r}{hint} "
+                                f"(its arguments: {', '.join(takes) or 'none'})")
 
     def names(self) -> list[str]:
         return sorted(self._factories)
 
     def __contains__(self, name: str) -> bool:
         return name in self._factories
+
+
+def _arguments(factory) -> list[str] | None:
+    """The keyword arguments ``factory`` accepts, or None if it takes ``**kwargs`` (or has no
+    signature Python can read)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -70,6 +70,5 @@ def test_alie_z_follows_the_paper():
     ("alie", {"z": float("nan")}, "digits", "z"),
 ])
 def test_bad_attack_arguments_are_refused_before_launch(attack, kw, data, match):
-    cfg = TrainConfig(data=data, byzantine=1, attack=attack, attack_kw=kw, batch_size=12)
-    with pytest.raises(ValueError, match=match):
-        cfg.check_workers(3)
+    with pytest.raises(ValueError, match=match):  # a misspelt argument already at construction
+        TrainConfig(data=data, byzantine=1, attack=attack, attack_kw=kw, batch_size=12).check_workers(3)

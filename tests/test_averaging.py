@@ -98,9 +98,8 @@ def test_easgd_update_matches_the_paper_on_a_hand_computed_example():
     ("easgd", {"beta": 1.5}, 2, "beta"),
 ])
 def test_bad_averaging_arguments_are_refused_before_launch(averaging, kw, workers, match):
-    cfg = BASE.with_(averaging=averaging, averaging_kw=kw)
-    with pytest.raises(ValueError, match=match):
-        cfg.check_workers(workers)
+    with pytest.raises(ValueError, match=match):  # a misspelt argument already at construction
+        BASE.with_(averaging=averaging, averaging_kw=kw).check_workers(workers)
 
 
 def test_easgd_moving_rate():

@@ -87,6 +87,8 @@ def test_error_feedback_identity(inner):
 def test_unknown_codec_name_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown compressor 'fp61'.*did you mean 'fp16'"):
         make("fp61")
+    with pytest.raises(TypeError, match="'qsgd': unknown argument 'bucket'; did you mean 'bucket_size'"):
+        make("qsgd", bucket=64)
 
 
 def test_fp16_refuses_overflow_instead_of_making_inf():

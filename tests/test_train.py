@@ -67,6 +67,10 @@ def test_every_model_trains_a_few_steps_on_its_data():
     ({"optimizer": "lion"}, "optimizer"),
     ({"network": "fast"}, "not understood"),
     ({"momentum": 1.5}, "momentum"),
+    ({"compressor": "qsgd", "compressor_kw": {"levels": 15}},
+     r"compressor_kw: compressor 'qsgd': unknown argument 'levels' \(its arguments: s, bucket_size"),
+    ({"compressor": "topk", "compressor_kw": {"densty": 0.1}}, "did you mean 'density'"),
+    ({"averaging": "local", "averaging_kw": {"engine": None}}, "its arguments: period, warmup"),
 ])
 def test_bad_configs_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -78,6 +78,13 @@ class TrainConfig:
                      "averaging_kw", "sync_kw", "attack_kw", "slow_ranks"):
             if not isinstance(getattr(self, name), dict):
                 raise TypeError(f"{name} must be a dict, got {type(getattr(self, name)).__name__}")
+        for reg, name, kw, injected in ((compress.REGISTRY, self.compressor, "compressor_kw", ()),
+                                        (averaging.REGISTRY, self.averaging, "averaging_kw", ("engine",)),
+                                        (attack.REGISTRY, self.attack, "attack_kw", ("engine", "byzantine"))):
+            try:  # a misspelt option fails here, not in every rank after launch
+                reg.check_arguments(name, getattr(self, kw), injected)
+            except TypeError as e:
+                raise ValueError(f"{kw}: {e}") from None
         Network.parse(self.network)  # raises on a bad spec
         NetworkSchedule.parse(self.network_schedule)
         if self.network is not None and self.network_schedule is not None:
