@@ -24,9 +24,8 @@ class Registry:
     def check(self, name: str, argument: str | None = None) -> None:
         """Raise a ValueError naming ``argument`` if ``name`` is unknown."""
         if name not in self._factories:
-            close = difflib.get_close_matches(str(name), self._factories, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
             arg = f"{argument}=" if argument else ""
+            hint = _did_you_mean(name, self._factories)
             raise ValueError(f"unknown {self.kind} {arg}{name!r}{hint} "
                              f"(known: {', '.join(self.names())})")
 
@@ -47,9 +46,8 @@ class Registry:
         takes = [t for t in takes if t not in injected]
         for k in kwargs:
             if k not in takes:
-                close = difflib.get_close_matches(k, takes, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise TypeError(f"{self.kind} {name!r}: unknown argument {k!r}{hint} "
+                raise TypeError(f"{self.kind} {name!r}: unknown argument {k!r}"
+                                f"{_did_you_mean(k, takes)} "
                                 f"(its arguments: {', '.join(takes) or 'none'})")
 
     def names(self) -> list[str]:
@@ -57,6 +55,11 @@ class Registry:
 
     def __contains__(self, name: str) -> bool:
         return name in self._factories
+
+
+def _did_you_mean(word, choices) -> str:
+    close = difflib.get_close_matches(str(word), choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _arguments(factory) -> list[str] | None:

@@ -199,7 +199,6 @@ def test_no_gpu_means_gloo_on_cpu_and_nccl_is_refused():
         launch(_rank_info, 2, 0, backend="nccl")
 
 
-
 def _rss_kept_after_free(ctx=None, mb=64):
     """Resident MB still held after a ``mb`` MB tensor is touched and freed."""
     page = os.sysconf("SC_PAGE_SIZE")

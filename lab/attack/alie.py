@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from .args import known
 from .base import register
 from .omniscient import OmniscientAttack
 
@@ -30,7 +29,6 @@ class ALIE(OmniscientAttack):
 
     @classmethod
     def check(cls, cfg, workers):
-        known("alie", cfg.attack_kw, ("z",))
         z = cfg.attack_kw.get("z")
         if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float))
                               or not math.isfinite(z)):

@@ -12,7 +12,7 @@ from .base import Attack, register
 @register("gaussian")
 class Gaussian(Attack):
     name = "gaussian"
-    check = checker("gaussian", sigma=100.0)
+    check = checker("gaussian")
 
     def __init__(self, engine, byzantine, sigma: float = 100.0):
         super().__init__(engine, byzantine)

@@ -17,7 +17,7 @@ from .omniscient import OmniscientAttack
 @register("ipm")
 class IPM(OmniscientAttack):
     name = "ipm"
-    check = checker("ipm", epsilon=0.1)
+    check = checker("ipm")
 
     def __init__(self, engine, byzantine, epsilon: float = 0.1):
         super().__init__(engine, byzantine)

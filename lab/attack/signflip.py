@@ -12,7 +12,7 @@ from .base import Attack, register
 @register("signflip")
 class SignFlip(Attack):
     name = "signflip"
-    check = checker("signflip", scale=4.0)
+    check = checker("signflip")
 
     def __init__(self, engine, byzantine, scale: float = 4.0):
         super().__init__(engine, byzantine)

@@ -58,9 +58,6 @@ class EASGD(Averaging):
     @classmethod
     def check(cls, cfg, workers):
         kw = cfg.averaging_kw
-        unknown = set(kw) - {"period", "rho", "beta"}
-        if unknown:
-            raise ValueError(f"easgd: unknown averaging_kw {sorted(unknown)} (period, rho, beta)")
         cls.moving_rate(cfg.lr, workers, kw.get("rho"), kw.get("beta"))
         positive_int("period", kw.get("period", 4))
 

@@ -31,9 +31,6 @@ class LocalSGD(Averaging):
 
     @classmethod
     def check(cls, cfg, workers):
-        unknown = set(cfg.averaging_kw) - {"period", "warmup"}
-        if unknown:
-            raise ValueError(f"local: unknown averaging_kw {sorted(unknown)} (period, warmup)")
         positive_int("period", cfg.averaging_kw.get("period", 8))
         positive_int("warmup", cfg.averaging_kw.get("warmup", 0), minimum=0)
 
