@@ -208,8 +208,9 @@ def test_onebit_refuses_nan_inf_and_an_overflowing_sum():
             OneBit().compress(torch.tensor([1.0, bad, -2.0]))
         with pytest.raises(FloatingPointError, match="NaN or Inf"):  # not in the first bucket
             OneBit(bucket_size=2).compress(torch.tensor([1.0, -1.0, -2.0, bad, 5.0, -5.0]))
-    with pytest.raises(OverflowError, match="onebit: a bucket's sum"):
-        OneBit().compress(torch.full((4,), 3e38))
+    # on the CPU the sums are float64: 4 x 3e38 no longer overflows (float32 sums on a GPU
+    # still would, and are refused there)
+    assert torch.equal(OneBit().compress(torch.full((4,), 3e38))[0][1], torch.tensor([3e38, 0.0]))
     payload, _ = OneBit(bucket_size=2).compress(torch.tensor([3e38, -1.0, 3e38, 0.0]))
     assert torch.equal(payload[1], torch.tensor([3e38, -1.0, 1.5e38, 0.0]))  # per bucket: fine
 

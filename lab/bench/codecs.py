@@ -8,6 +8,8 @@ On the CPU the default is one thread (the issue's measure); on a GPU every call 
 synchronised before the clock stops. ``ratio`` is the compression ratio (dense bytes / wire
 bytes), from the payload itself. :func:`run` tunes glibc's allocator as the training ranks do
 (:mod:`lab.runtime.allocator`; ``LAB_KEEP_FREED_MEMORY=0`` measures with its defaults).
+On the CPU, the sign, 1-bit, QSGD and TernGrad codecs run their C kernels
+(:mod:`lab.compress.native`); ``LAB_NATIVE=0`` measures the torch reference instead.
 """
 from __future__ import annotations
 
@@ -97,8 +99,13 @@ def main(argv=None) -> list[dict]:
     if a.json:
         print(json.dumps(rows, indent=1))
     else:
+        kernels = ""
+        if a.device == "cpu":  # which CPU path ran: the C kernels or the torch reference
+            kernels = ", C kernels" if compress.native.enabled(torch.zeros(1)) else \
+                ", torch reference (LAB_NATIVE=0 or no C compiler)"
         print_rows(rows, f"codec throughput on {a.device} (compress + decompress"
-                         f"{', 1 thread' if a.device == 'cpu' and a.threads == 1 else ''})")
+                         f"{', 1 thread' if a.device == 'cpu' and a.threads == 1 else ''}"
+                         f"{kernels})")
     return rows
 
 

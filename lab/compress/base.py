@@ -195,6 +195,12 @@ class Compressor:
         ``out``. Codecs that can decode in place (the casts) skip the intermediate tensor."""
         return out.copy_(self.decompress(payload, ctx).reshape(out.shape))
 
+    def subtract_decompressed_(self, payload: Payload, ctx: Any, out: torch.Tensor) -> torch.Tensor:
+        """``out -= decompress(payload, ctx)`` in place (error feedback's residual update);
+        returns ``out``. Codecs that can decode straight into the subtraction skip the decoded
+        tensor (the same values)."""
+        return out.sub_(self.decompress(payload, ctx).reshape(out.shape))
+
     # -- to implement ---------------------------------------------------------------------
     def encode(self, flat: torch.Tensor, key: Any) -> tuple[Payload, Any]:
         raise NotImplementedError

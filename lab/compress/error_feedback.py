@@ -47,25 +47,28 @@ class ErrorFeedback(Compressor):
         return self
 
     def compress(self, tensor: torch.Tensor, key: Any = None):
-        check_finite(tensor, self.name)  # before the residual absorbs it
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            return self.inner.compress(tensor, key)  # the inner codec names the bad input
         e = self.residuals.get(key)
-        if e is None or e.shape != tensor.shape:
-            e = torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
         # the residual lives in fp32 even for fp16/bf16 gradients: the small errors it keeps
-        # are exactly what a half-precision buffer would round away. p = g + e and then
-        # e_new = p - D(C(p)) are computed in e's own buffer: two passes instead of two
-        # passes plus two fresh gradient-sized tensors (the same values: + is commutative).
-        p = e.add_(tensor)
+        # are exactly what a half-precision buffer would round away. p = g + e goes to a new
+        # buffer, so e stays valid if the inner codec refuses p (every codec refuses NaN/Inf,
+        # and p holds them exactly when g does, or when the sum overflows); e_new = p - D(C(p))
+        # is then computed in p's buffer.
+        if e is None or e.shape != tensor.shape:
+            p = tensor.detach().to(torch.float32, copy=True)
+        else:
+            p = torch.add(e, tensor.detach())
         try:
             payload, ctx = self.inner.compress(p.to(tensor.dtype), key)
-        except Exception:
-            self.residuals.pop(key, None)  # p no longer holds a valid residual
-            raise
-        sent = self.inner.decompress(payload, ctx)
-        if any(_shares_memory(t, p) for t in (*payload, sent)):  # e.g. the identity codec
-            self.residuals[key] = p - sent.float()  # a fresh buffer: the payload stays intact
+        except FloatingPointError:
+            check_finite(tensor, self.name)  # name this codec when g itself holds NaN/Inf
+            raise  # else g + e overflowed
+        if any(_shares_memory(t, p) for t in payload):  # e.g. the identity codec
+            # a fresh buffer: the payload stays intact
+            self.residuals[key] = p - self.inner.decompress(payload, ctx).float()
         else:
-            self.residuals[key] = p.sub_(sent)
+            self.residuals[key] = self.inner.subtract_decompressed_(payload, ctx, p)
         return payload, ctx
 
     def decompress(self, payload, ctx) -> torch.Tensor:
@@ -73,6 +76,9 @@ class ErrorFeedback(Compressor):
 
     def decompress_into(self, payload, ctx, out: torch.Tensor) -> torch.Tensor:
         return self.inner.decompress_into(payload, ctx, out)
+
+    def subtract_decompressed_(self, payload, ctx, out: torch.Tensor) -> torch.Tensor:
+        return self.inner.subtract_decompressed_(payload, ctx, out)
 
     def residual(self, key: Any = None) -> torch.Tensor | None:
         """A copy of the residual of ``key`` (the buffer itself is updated in place)."""

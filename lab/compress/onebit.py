@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import native
 from .base import Compressor, all_finite, check_finite, check_int, register
 from .error_feedback import ErrorFeedback
 from .packing import expand_bits, pack_bits, unpack_bits
@@ -36,6 +37,23 @@ def count_true(rows: torch.Tensor) -> torch.Tensor:
                   else np.add.reduce(a.view(np.uint8), axis=1, dtype=np.int32))
         return torch.from_numpy(counts.astype(np.int32, copy=False))
     return rows.view(torch.uint8).sum(dim=1, dtype=torch.int32)
+
+
+def side_sums(x: torch.Tensor, bucket: int):
+    """The packed flags ``x >= 0``, the (buckets, 2) sums of the values >= 0 and of the others,
+    and the counts of values >= 0 per bucket: float64 sums on the CPU (as the kernel there),
+    float32 elsewhere."""
+    n = x.numel()
+    v = as_buckets(x, bucket)  # (buckets, bucket), zero padded
+    pos = nonnegative(v)  # sign(0) = +1, as in lab.compress.sign
+    wide = v.double() if v.device.type == "cpu" else v
+    side = wide.clamp(min=0)  # one scratch for both sides: a fresh big tensor faults its pages in
+    s_pos = side.sum(dim=1)
+    s_neg = torch.clamp(wide, max=0, out=side).sum(dim=1)
+    n_pos = count_true(pos).to(torch.int64)
+    if v.numel() > n:  # the last bucket's padding zeros were counted as >= 0: they are not data
+        n_pos[-1] -= v.numel() - n
+    return pack_bits(pos.reshape(-1)[:n]), torch.stack([s_pos, s_neg], dim=1), n_pos
 
 
 @dataclass(frozen=True)
@@ -83,29 +101,31 @@ class OneBit(Compressor):
     def encode(self, flat, key):
         n = flat.numel()
         bucket = self._bucket(n, key)
-        v = as_buckets(flat.float(), bucket)  # (buckets, bucket), zero padded
-        pad = v.numel() - n
-        pos = nonnegative(v)  # sign(0) = +1, as in lab.compress.sign
-        side = v.clamp(min=0)  # one scratch for both sides: a fresh big tensor faults its pages in
-        s_pos = side.sum(dim=1)
-        s_neg = torch.clamp(v, max=0, out=side).sum(dim=1)
-        if s_pos.numel() and not all_finite(s_pos.amax(), s_neg.amin()):  # NaN/Inf reach a sum
-            check_finite(v, self.name)
+        x = flat.float()
+        if native.enabled(x):  # sign bits, both sums and the counts in two passes (kernels.c)
+            bits, sums, n_pos = native.sign_bits(x, with_sum=False)[0], *native.side_sums(x, bucket)
+        else:
+            bits, sums, n_pos = side_sums(x, bucket)
+        sizes = torch.full_like(n_pos, bucket)
+        if sizes.numel():
+            sizes[-1] = n - bucket * (sizes.numel() - 1)  # the last bucket may be short
+        if sums.numel() and not all_finite(sums.amax(), sums.amin()):  # NaN/Inf reach a sum
+            check_finite(x, self.name)
             raise OverflowError(f"{self.name}: a bucket's sum exceeds the float32 range; "
                                 "scale the tensor first")
-        n_pos = count_true(pos)
-        n_neg = bucket - n_pos
-        if pad:  # the last bucket's padding zeros were counted as >= 0: they are not data
-            n_pos[-1] -= pad
-        means = torch.stack([s_pos / n_pos.clamp(min=1), s_neg / n_neg.clamp(min=1)], dim=1)
-        return (pack_bits(pos.reshape(-1)[:n]), means.reshape(-1)), None
+        counts = torch.stack([n_pos, sizes - n_pos], dim=1).clamp(min=1)
+        means = (sums / counts.to(sums.device, sums.dtype)).float()  # (mean >= 0, mean < 0)
+        return (bits, means.reshape(-1)), None
 
     def decode(self, payload, ctx, numel, dtype):
         bits, means = payload
         means = means.float().view(-1, 2)
         if means.shape[0] == 1:  # one bucket: read the two means from a byte table
             return expand_bits(bits, numel, means[0, 0], means[0, 1]).to(dtype)
-        pos = as_buckets(unpack_bits(bits, numel), self._bucket(numel, ctx))
+        bucket = self._bucket(numel, ctx)
+        if (bucket % 8 == 0 or numel <= bucket) and native.enabled(bits):  # one pass (kernels.c)
+            return native.expand_bits(bits, numel, bucket, means.flip(1)).to(dtype)  # (neg, pos)
+        pos = as_buckets(unpack_bits(bits, numel), bucket)
         out = torch.where(pos, means[:, :1], means[:, 1:])  # the mean of its side, per bucket
         return out.reshape(-1)[:numel].to(dtype)
 

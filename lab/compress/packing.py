@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import torch
 
+from . import native
+
 _WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
 
 
@@ -102,6 +104,8 @@ def expand_bits(packed: torch.Tensor, numel: int, one: torch.Tensor, zero: torch
     on the CPU (:func:`expand_codes`; one pass instead of three), unpack and ``where`` on a
     GPU."""
     dtype = torch.promote_types(one.dtype, zero.dtype)
+    if dtype == torch.float32 and native.enabled(packed):  # one vectorized pass (kernels.c)
+        return native.expand_bits(packed, numel, max(numel, 1), torch.stack([zero, one]).float())
     if packed.device.type != "cpu":
         return torch.where(unpack_bits(packed, numel), one.to(dtype), zero.to(dtype))
     return expand_codes(packed, numel, 1, torch.stack([zero.to(dtype), one.to(dtype)]))

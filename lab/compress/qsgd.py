@@ -20,6 +20,7 @@ import torch
 
 from .base import (Compressor, bernoulli, check_finite, check_int, register, round_stochastic,
                    truncate)
+from . import native
 from .fused import fused
 from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .sign import negative, set_sign, set_sign_bits
@@ -102,6 +103,9 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
     if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the whole chain
         u = torch.rand(v.shape, generator=generator, device=v.device)
         levels = stochastic_levels(v, safe[:, None], u, s, torch.uint8 if s < 256 else torch.int32)
+    elif s < 256 and native.enabled(x):  # the same rounding in one pass (kernels.c)
+        levels, neg = native.stochastic_levels(x, bucket, safe, s, generator)
+        return norms, levels, neg
     elif s < 256:  # r = s |v_i| / ||v||, rounded up with probability r - floor(r) (Lemma 3.1)
         r256 = ratios(v, safe, 256 * s).reshape(-1)[:n]  # random bits for the n values only
         levels = round_stochastic(r256, s, generator)
@@ -157,13 +161,17 @@ class QSGD(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         norms, signs, levels = payload
+        bucket = self._bucket(numel)
+        if self.bits in (1, 2, 4, 8) and (bucket % 8 == 0 or numel <= bucket) \
+                and native.enabled(levels):  # the decoder below in one pass (kernels.c)
+            return native.dequantize(levels, self.bits, signs, numel, bucket, norms,
+                                     self.s).to(dtype)
         if self.bits in (1, 2, 4, 8):  # each level as a float straight from a byte table
             levels = expand_codes(levels, numel, self.bits, torch.arange(2 ** self.bits,
                                   dtype=torch.float32, device=levels.device))
         else:
             levels = unpack_uint(levels, numel, self.bits, torch.int32)
-        out = dequantize(norms, levels, signs,
-                         self.s, self._bucket(numel), numel)
+        out = dequantize(norms, levels, signs, self.s, bucket, numel)
         return out.to(dtype)
 
     def __repr__(self):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from . import native
 from .base import Compressor, check_finite, register
 from .error_feedback import ErrorFeedback
 from .sign import sign_bits, signs_from_bits
@@ -32,18 +33,40 @@ class ScaledSign(Compressor):
 
     def encode(self, flat, key):
         n = flat.numel()
-        # compute the l1 norm in float32 so fp16/bf16 inputs neither overflow nor lose digits
-        scale = flat.float().abs().sum() / n if n else flat.new_zeros((), dtype=torch.float32)
+        if not n:
+            return (sign_bits(flat), flat.new_zeros(1, dtype=torch.float32)), None
+        if flat.dtype == torch.float32 and native.enabled(flat):  # bits and l1 in one pass
+            bits, l1 = native.sign_bits(flat)
+            mean = torch.tensor(l1 / n, dtype=torch.float64)
+        else:
+            bits = sign_bits(flat)
+            # the l1 norm summed in float64 on the CPU, as the kernel does (so both paths give
+            # the same scale, and no float32 sum overflows); in float32 elsewhere (fast there)
+            wide = torch.float64 if flat.device.type == "cpu" else torch.float32
+            mean = flat.to(wide).abs().sum() / n
+            if not torch.isfinite(mean) and wide == torch.float32:
+                check_finite(flat, self.name)  # NaN/Inf in the input; else the sum overflowed
+                mean = flat.double().abs().sum() / n
+        if not torch.isfinite(mean):
+            check_finite(flat, self.name)  # NaN/Inf in the input (raises)
+        scale = mean.float()
         if not torch.isfinite(scale):
-            check_finite(flat, self.name)  # NaN/Inf in the input; else the sum overflowed
-            scale = (flat.double().abs().sum() / n).float()
-            if not torch.isfinite(scale):
-                raise OverflowError(f"{self.name}: mean |x| exceeds the float32 range")
-        return (sign_bits(flat), scale.reshape(1).to(torch.float32)), None
+            raise OverflowError(f"{self.name}: mean |x| exceeds the float32 range")
+        return (bits, scale.reshape(1).to(flat.device)), None
 
     def decode(self, payload, ctx, numel, dtype):
         bits, scale = payload
         return signs_from_bits(bits, numel, scale.float()).to(dtype)  # +-scale
+
+    def subtract_decompressed_(self, payload, ctx, out):
+        shape, dtype, _ = ctx
+        if dtype == out.dtype == torch.float32 and out.is_contiguous() and native.enabled(out):
+            bits, scale = payload  # out -= +-scale in one pass (kernels.c), the same values
+            s = scale.float().reshape(())
+            native.expand_bits(bits, out.numel(), max(out.numel(), 1), torch.stack([-s, s]),
+                               out=out.view(-1), subtract=True)
+            return out
+        return super().subtract_decompressed_(payload, ctx, out)
 
 
 @register("efsgd")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from . import native
 from .base import Compressor, register
 from .packing import expand_bits, expand_codes, pack_bits
 
@@ -32,6 +33,8 @@ def negative(x: torch.Tensor) -> torch.Tensor:
 
 def sign_bits(flat: torch.Tensor) -> torch.Tensor:
     """Packed sign bits of ``flat``: bit 1 for ``x >= 0`` (so sign(0) = +1), 0 for ``x < 0``."""
+    if flat.dtype == torch.float32 and native.enabled(flat):  # compare and pack in one pass
+        return native.sign_bits(flat, with_sum=False)[0]
     return pack_bits(nonnegative(flat))
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from .base import Compressor, check_finite, register, round_stochastic
+from . import native
 from .fused import fused
 from .packing import expand_codes, pack_uint
 from .qsgd import ratios, sums_of_squares
@@ -65,6 +66,9 @@ def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> t
         return torch.zeros(x.numel(), dtype=torch.uint8, device=x.device)
     if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the chain
         return ternary_codes(x, s, torch.rand(x.shape, generator=generator, device=x.device))
+    if native.enabled(x):  # the same codes in one pass (kernels.c)
+        return native.stochastic_levels(x.reshape(-1), max(x.numel(), 1), s.reshape(1), 1,
+                                        generator, signed_codes=True)
     r256 = ratios(x.reshape(1, -1), s.reshape(1), 256).clamp_(max=256).reshape(-1)  # 256|g_i|/s
     keep = round_stochastic(r256, 1, generator)  # b_i ~ Bernoulli(|g_i| / s)
     return keep.bitwise_left_shift_(negative(x).view(torch.uint8))

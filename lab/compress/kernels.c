@@ -1,0 +1,255 @@
+/* Native CPU kernels for the elementwise cores of the sign, 1-bit, QSGD and TernGrad codecs
+ * (issue 8).
+ *
+ * Each function is one pass over the values where the torch/numpy reference in the Python
+ * codec makes three to eight (abs, divide, scale, cast, add random bytes, compare, shift, or,
+ * pack). Plain C with restrict pointers and GCC/Clang vector extensions (an AVX intrinsic
+ * where x86 has a better instruction), so that `cc -O3 -march=native` turns every loop into
+ * SIMD on x86 and ARM alike. lab.compress.native compiles this file once per machine and
+ * falls back to the reference where it cannot; the tests compare the two.
+ */
+#include <stdint.h>
+#include <string.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef uint8_t u8x8 __attribute__((vector_size(8)));
+
+/* A counter-based random number: 32 bits from (index, key), two rounds of Wellons' lowbias32
+ * integer hash. Any index can be drawn independently, so the loop below vectorizes. */
+static inline uint32_t mix32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
+/* One bucket: r = min(|x| / norm * s, s); level floor(r) + 1 with probability r - floor(r)
+ * (to within 2^-31), else floor(r). signed_codes: write level << (x < 0) instead of the
+ * level, and no sign flags (TernGrad's codes {0, +1 -> 1, -1 -> 2}). */
+static inline void bucket_levels(const float *restrict x, int64_t len, float norm, float s,
+                                 uint32_t first, uint32_t k0, uint32_t k1, int signed_codes,
+                                 uint8_t *restrict levels, uint8_t *restrict negative) {
+    for (int64_t i = 0; i < len; i++) {
+        float a = x[i] < 0 ? -x[i] : x[i];
+        float r = a / norm * s;
+        r = r < s ? r : s;
+        int32_t low = (int32_t)r;  /* r >= 0: truncation is floor */
+        int32_t threshold = (int32_t)((r - (float)low) * 2147483648.0f);
+        int32_t u = (int32_t)(mix32(mix32(first + (uint32_t)i + k0) ^ k1) >> 1);
+        int32_t level = low + (u < threshold);
+        int32_t neg = x[i] < 0;
+        if (signed_codes) {
+            levels[i] = (uint8_t)(level << neg);
+        } else {
+            levels[i] = (uint8_t)level;
+            negative[i] = (uint8_t)neg;
+        }
+    }
+}
+
+/* Stochastic levels of n values in buckets of `bucket` (the last may be short), each bucket
+ * with its own norm (> 0) and s <= 255 levels. negative == NULL: TernGrad's signed codes. */
+void lab_stochastic_levels(const float *x, int64_t n, int64_t bucket, const float *norms,
+                           float s, uint32_t k0, uint32_t k1, uint8_t *levels,
+                           uint8_t *negative) {
+    for (int64_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {
+        int64_t len = n - b0 < bucket ? n - b0 : bucket;
+        if (negative)
+            bucket_levels(x + b0, len, norms[k], s, (uint32_t)b0, k0, k1, 0, levels + b0,
+                          negative + b0);
+        else
+            bucket_levels(x + b0, len, norms[k], s, (uint32_t)b0, k0, k1, 1, levels + b0, 0);
+    }
+}
+
+/* One bucket of QSGD's decoder: out = level * norm / s, the sign bit set where the sign flag
+ * is 1; 8 values per step from B bytes of packed B-bit levels and one byte of flags. */
+#define DEFINE_DEQUANTIZE(B)                                                                  \
+static void dequantize##B(const uint8_t *restrict codes, const uint8_t *restrict signs,      \
+                          int64_t len, float norm, float s, float *restrict out) {          \
+    const u32x8 shift = {0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B};                  \
+    const u32x8 flag = {1, 2, 4, 8, 16, 32, 64, 128};                                        \
+    int64_t g = 0;                                                                            \
+    for (; g < len / 8; g++) {                                                                \
+        u32x8 level;                                                                          \
+        if (B == 8) {                                                                         \
+            u8x8 bytes;                                                                       \
+            memcpy(&bytes, codes + 8 * g, 8);                                                 \
+            level = __builtin_convertvector(bytes, u32x8);                                    \
+        } else {                                                                              \
+            uint64_t word = 0;                                                                \
+            memcpy(&word, codes + B * g, B);                                                  \
+            level = (((u32x8){0} + (uint32_t)word) >> shift) & ((1u << B) - 1);               \
+        }                                                                                     \
+        f32x8 value = __builtin_convertvector((i32x8)level, f32x8) * norm / s;              \
+        u32x8 bits;                                                                           \
+        memcpy(&bits, &value, 32);                                                            \
+        bits |= (u32x8)((((u32x8){0} + signs[g]) & flag) != 0) & 0x80000000u;                \
+        memcpy(out + 8 * g, &bits, 32);                                                       \
+    }                                                                                         \
+    for (int64_t i = 8 * g; i < len; i++) { /* the tail of the last bucket */                \
+        uint32_t level = (codes[i * B / 8] >> (i * B % 8)) & ((1u << B) - 1);                 \
+        union { float f; uint32_t u; } value = {.f = (float)level * norm / s};                \
+        value.u |= (uint32_t)((signs[i / 8] >> (i % 8)) & 1) << 31;                           \
+        out[i] = value.f;                                                                     \
+    }                                                                                         \
+}
+DEFINE_DEQUANTIZE(1)
+DEFINE_DEQUANTIZE(2)
+DEFINE_DEQUANTIZE(4)
+DEFINE_DEQUANTIZE(8)
+
+/* QSGD's decoder for n values in buckets of `bucket` values (a multiple of 8 unless there is
+ * one bucket), levels packed at bits = 1, 2, 4 or 8 per value, sign flags packed 8 a byte. */
+void lab_dequantize(const uint8_t *codes, int32_t bits, const uint8_t *signs, int64_t n,
+                    int64_t bucket, const float *norms, float s, float *out) {
+    for (int64_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {
+        int64_t len = n - b0 < bucket ? n - b0 : bucket;
+        const uint8_t *c = codes + b0 * bits / 8, *f = signs + b0 / 8;
+        switch (bits) {
+            case 1: dequantize1(c, f, len, norms[k], s, out + b0); break;
+            case 2: dequantize2(c, f, len, norms[k], s, out + b0); break;
+            case 4: dequantize4(c, f, len, norms[k], s, out + b0); break;
+            default: dequantize8(c, f, len, norms[k], s, out + b0); break;
+        }
+    }
+}
+
+/* out = v1 where the bit is 1, else v0 (or, with subtract, out -= that), for n values in
+ * buckets of `bucket` (a multiple of 8 unless there is one bucket), bits packed 8 a byte,
+ * (v0, v1) per bucket in `values`: the decoders of sign codes and 1-bit SGD. */
+static inline void bucket_expand_bits(const uint8_t *restrict bits, int64_t len, float v0,
+                                      float v1, float *restrict out, int subtract) {
+    const u32x8 flag = {1, 2, 4, 8, 16, 32, 64, 128};
+    u32x8 w0, w1;
+    memcpy(&w0, &(f32x8){v0, v0, v0, v0, v0, v0, v0, v0}, 32);
+    memcpy(&w1, &(f32x8){v1, v1, v1, v1, v1, v1, v1, v1}, 32);
+    int64_t g = 0;
+    for (; g < len / 8; g++) {
+        u32x8 set = (u32x8)((((u32x8){0} + bits[g]) & flag) != 0);  /* all ones where 1 */
+        u32x8 chosen = (set & w1) | (~set & w0);
+        f32x8 value;
+        memcpy(&value, &chosen, 32);
+        if (subtract) {
+            f32x8 o;
+            memcpy(&o, out + 8 * g, 32);
+            o -= value;
+            memcpy(out + 8 * g, &o, 32);
+        } else {
+            memcpy(out + 8 * g, &value, 32);
+        }
+    }
+    for (int64_t i = 8 * g; i < len; i++) {
+        float value = (bits[i / 8] >> (i % 8)) & 1 ? v1 : v0;
+        out[i] = subtract ? out[i] - value : value;
+    }
+}
+
+void lab_expand_bits(const uint8_t *bits, int64_t n, int64_t bucket, const float *values,
+                     float *out, int32_t subtract) {
+    for (int64_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {
+        int64_t len = n - b0 < bucket ? n - b0 : bucket;
+        if (subtract)
+            bucket_expand_bits(bits + b0 / 8, len, values[2 * k], values[2 * k + 1], out + b0, 1);
+        else
+            bucket_expand_bits(bits + b0 / 8, len, values[2 * k], values[2 * k + 1], out + b0, 0);
+    }
+}
+
+/* bits[g] = the flags x >= 0 of values 8g..8g+7, bit j for value 8g + j (the sign codes;
+ * -0.0 counts as >= 0, NaN does not; the last byte's unused bits are 0); returns the sum of
+ * |x| in float64 (NaN if any value is NaN) if with_sum: the scaled sign's two parts in one
+ * pass. */
+static inline double sign_bits(const float *restrict x, int64_t n, uint8_t *restrict bits,
+                               int with_sum) {
+    typedef double f64x4v __attribute__((vector_size(32)));
+    typedef float f32x4v __attribute__((vector_size(16)));
+    f64x4v sum[2] = {{0}, {0}};
+    int64_t g = 0;
+    for (; g < n / 8; g++) {
+        f32x8 v;
+        memcpy(&v, x + 8 * g, 32);
+#ifdef __AVX__  /* one compare and one movemask per 8 values */
+        bits[g] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + 8 * g),
+                                                            _mm256_setzero_ps(), _CMP_GE_OQ));
+#else
+        const i32x8 flag = {1, 2, 4, 8, 16, 32, 64, 128};
+        i32x8 set = (v >= 0) & flag;
+        bits[g] = (uint8_t)(set[0] | set[1] | set[2] | set[3] | set[4] | set[5] | set[6] | set[7]);
+#endif
+        if (!with_sum)
+            continue;
+        u32x8 magnitude;
+        memcpy(&magnitude, &v, 32);
+        magnitude &= 0x7fffffffu;  /* |x|: the sign bit cleared */
+        memcpy(&v, &magnitude, 32);
+        for (int h = 0; h < 2; h++) {
+            f32x4v half = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
+            sum[h] += __builtin_convertvector(half, f64x4v);
+        }
+    }
+    double total = 0;
+    for (int j = 0; j < 4; j++)
+        total += sum[0][j] + sum[1][j];
+    if (8 * g < n) {
+        uint8_t last = 0;
+        for (int64_t i = 8 * g; i < n; i++) {
+            last |= (uint8_t)((x[i] >= 0) << (i - 8 * g));
+            total += x[i] < 0 ? -(double)x[i] : (double)x[i];
+        }
+        bits[g] = last;
+    }
+    return total;
+}
+
+double lab_sign_bits(const float *x, int64_t n, uint8_t *bits, int32_t with_sum) {
+    return with_sum ? sign_bits(x, n, bits, 1) : sign_bits(x, n, bits, 0);
+}
+
+/* Per bucket of `bucket` values (the last may be short): the sum of the values >= 0, the sum
+ * of the others (NaN among them, so that it shows), both in float64, and the count of values
+ * >= 0: the two sides of 1-bit SGD, and (one bucket) the l1 norm of the scaled sign. */
+typedef double f64x4 __attribute__((vector_size(32)));
+typedef int64_t i64x4 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+
+void lab_side_sums(const float *x, int64_t n, int64_t bucket, double *sums, int64_t *nonneg) {
+    for (int64_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {
+        int64_t len = n - b0 < bucket ? n - b0 : bucket, i = 0;
+        const float *v = x + b0;
+        f64x4 pos[2] = {{0}, {0}}, neg[2] = {{0}, {0}};
+        i64x4 count[2] = {{0}, {0}};
+        for (; i + 8 <= len; i += 8) {
+            for (int h = 0; h < 2; h++) {  /* two independent accumulators */
+                f32x4 part;
+                memcpy(&part, v + i + 4 * h, 16);
+                f64x4 d = __builtin_convertvector(part, f64x4);
+                i64x4 is_pos = d >= 0, bits;
+                memcpy(&bits, &d, 32);
+                i64x4 p = bits & is_pos, q = bits & ~is_pos;
+                f64x4 dp, dq;
+                memcpy(&dp, &p, 32);
+                memcpy(&dq, &q, 32);
+                pos[h] += dp;
+                neg[h] += dq;
+                count[h] -= is_pos;  /* is_pos is -1 where true */
+            }
+        }
+        double sp = 0, sn = 0;
+        int64_t c = 0;
+        for (int j = 0; j < 4; j++) {
+            sp += pos[0][j] + pos[1][j];
+            sn += neg[0][j] + neg[1][j];
+            c += count[0][j] + count[1][j];
+        }
+        for (; i < len; i++) {
+            if (v[i] >= 0) { sp += v[i]; c++; } else { sn += v[i]; }
+        }
+        sums[2 * k] = sp;
+        sums[2 * k + 1] = sn;
+        nonneg[k] = c;
+    }
+}

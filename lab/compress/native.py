@@ -1,0 +1,230 @@
+"""Native CPU kernels for the cores of the sign, 1-bit, QSGD and TernGrad codecs (``kernels.c``).
+
+On the CPU, a codec written in torch or numpy is a chain of passes over the tensor (abs,
+divide, scale, random bytes, add, compare, cast, pack), and QSGD's chain cost 20-30x a memory
+copy. ``kernels.c`` does each chain in one vectorized pass (``python -m lab bench codecs``:
+QSGD 7-9x a copy, TernGrad 9-12x, EF-SGD about 5x). The random numbers come from a
+counter-based hash of (value index, a 64-bit key drawn from the codec's seeded torch
+generator), so a seed still fixes the payload, and each value's draw is independent of the
+others. Sums are taken in float64 here and in the CPU reference alike, so the deterministic
+codecs give the same bits on both paths.
+
+The C file is compiled with the system's C compiler (``$CC``, else ``cc``) on first use, into a
+per-machine cache (``$LAB_CACHE_DIR``, else ``~/.cache/lab``); that takes about a second, once.
+Where no compiler is found, or with ``LAB_NATIVE=0``, the codecs run their torch/numpy
+reference, which the tests compare the kernels with.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("kernels.c")
+_FLAGS = (["-O3", "-march=native"], ["-O3"])  # -march=native is missing on some compilers
+_state: dict = {}
+
+
+def enabled(x: torch.Tensor) -> bool:
+    """Whether the kernels run for ``x``: a CPU tensor of < 2**31 values (the hash's counter
+    is 32 bits), ``LAB_NATIVE`` not ``0``, outside :func:`reference`, and the library built."""
+    return (x.device.type == "cpu" and x.numel() < 2 ** 31 and not _state.get("off")
+            and os.environ.get("LAB_NATIVE", "1") != "0" and library() is not None)
+
+
+@contextlib.contextmanager
+def reference():
+    """Run the codecs' torch reference instead of the kernels inside the block (this process;
+    ``LAB_NATIVE=0`` does it for every process)."""
+    before = _state.get("off", False)
+    _state["off"] = True
+    try:
+        yield
+    finally:
+        _state["off"] = before
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, built on the first call; None where they cannot be built."""
+    if "lib" not in _state:
+        _state["lib"] = _load()
+    return _state["lib"]
+
+
+def _load() -> ctypes.CDLL | None:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    errors = []
+    for flags in _FLAGS:
+        path = _cache_dir() / f"kernels-{_fingerprint(compiler, flags)}.so"
+        if not path.exists() and not _compile(compiler, flags, path, errors):
+            continue
+        try:
+            return _declare(ctypes.CDLL(str(path)))
+        except OSError as err:
+            errors.append(str(err))
+    warnings.warn(f"lab.compress.native: could not build {SOURCE.name} ({'; '.join(errors)[:300]}); "
+                  "QSGD and TernGrad run their slower torch reference")
+    return None
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("LAB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lab")
+    try:
+        os.makedirs(root, exist_ok=True)
+        return Path(root)
+    except OSError:
+        return Path(tempfile.gettempdir())
+
+
+def _fingerprint(compiler: str, flags: list[str]) -> str:
+    """A key for the source, compiler, flags and CPU: -march=native code for one CPU may not
+    run on another that shares the home directory."""
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    text = "\n".join([SOURCE.read_text(), compiler, *flags, platform.machine(), cpu])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _compile(compiler: str, flags: list[str], path: Path, errors: list) -> bool:
+    """Compile to a private file, then rename: ranks that start together never load half a
+    file."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        run = subprocess.run([compiler, *flags, "-shared", "-fPIC", "-std=gnu11", "-o", tmp,
+                              str(SOURCE)], capture_output=True, text=True, timeout=120)
+        if run.returncode:
+            errors.append(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else
+                          f"{compiler} exited with {run.returncode}")
+            return False
+        os.replace(tmp, path)
+        return True
+    except (OSError, subprocess.SubprocessError) as err:
+        errors.append(str(err))
+        return False
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    ptr, i64, f32, u32, i32 = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_uint32,
+                               ctypes.c_int32)
+    lib.lab_stochastic_levels.argtypes = [ptr, i64, i64, ptr, f32, u32, u32, ptr, ptr]
+    lib.lab_stochastic_levels.restype = None
+    lib.lab_dequantize.argtypes = [ptr, i32, ptr, i64, i64, ptr, f32, ptr]
+    lib.lab_dequantize.restype = None
+    lib.lab_expand_bits.argtypes = [ptr, i64, i64, ptr, ptr, i32]
+    lib.lab_expand_bits.restype = None
+    lib.lab_sign_bits.argtypes = [ptr, i64, ptr, i32]
+    lib.lab_sign_bits.restype = ctypes.c_double
+    lib.lab_side_sums.argtypes = [ptr, i64, i64, ptr, ptr]
+    lib.lab_side_sums.restype = None
+    return lib
+
+
+def _key(generator: torch.Generator) -> tuple[int, int]:
+    """Two 32-bit words of key from the codec's generator (advancing it, like any draw)."""
+    k = torch.randint(0, 2 ** 32, (2,), generator=generator, dtype=torch.int64)
+    return int(k[0]), int(k[1])
+
+
+def stochastic_levels(x: torch.Tensor, bucket: int, norms: torch.Tensor, s: int,
+                      generator: torch.Generator, signed_codes: bool = False):
+    """Levels of ``r = min(|x_i| / norm * s, s)`` rounded up with probability ``r - floor(r)``
+    (to within 2**-31), as uint8, with the ``x < 0`` flags as bool; or, with ``signed_codes``,
+    only ``level << (x < 0)`` (TernGrad's codes). ``x``: 1-D contiguous float32; ``norms``:
+    float32 > 0, one per ``bucket`` values; ``s`` <= 255."""
+    n = x.numel()
+    norms = norms.float().contiguous()
+    if not (x.is_contiguous() and 0 < s <= 255 and norms.numel() >= -(-n // bucket)):
+        raise ValueError(f"stochastic_levels: need contiguous x, 0 < s <= 255 and a norm per "
+                         f"bucket, got s={s}, {norms.numel()} norms for {n} values")
+    levels = torch.empty(n, dtype=torch.uint8)
+    negative = None if signed_codes else torch.empty(n, dtype=torch.bool)
+    k0, k1 = _key(generator)
+    library().lab_stochastic_levels(x.data_ptr(), n, bucket, norms.data_ptr(), float(s), k0, k1,
+                                    levels.data_ptr(),
+                                    None if negative is None else negative.data_ptr())
+    return levels if signed_codes else (levels, negative)
+
+
+def dequantize(codes: torch.Tensor, bits: int, signs: torch.Tensor, numel: int, bucket: int,
+               norms: torch.Tensor, s: int) -> torch.Tensor:
+    """``level * norm / s`` with the sign bit set from packed ``signs``, for levels packed at
+    ``bits`` in (1, 2, 4, 8); ``bucket`` a multiple of 8 unless ``numel <= bucket``."""
+    if bits not in (1, 2, 4, 8) or (bucket % 8 and numel > bucket):
+        raise ValueError(f"dequantize: bits must be 1, 2, 4 or 8 and bucket a multiple of 8, "
+                         f"got bits={bits}, bucket={bucket}")
+    codes, signs = codes.contiguous(), signs.contiguous()
+    norms = norms.float().contiguous()
+    if (codes.dtype != torch.uint8 or signs.dtype != torch.uint8
+            or codes.numel() < -(-numel * bits // 8) or signs.numel() < -(-numel // 8)
+            or norms.numel() < -(-numel // bucket)):  # the kernel must never read past them
+        raise ValueError(f"dequantize: payload too short or not uint8 for {numel} values "
+                         f"({codes.numel()} code bytes, {signs.numel()} sign bytes, "
+                         f"{norms.numel()} norms)")
+    out = torch.empty(numel, dtype=torch.float32)
+    library().lab_dequantize(codes.data_ptr(), bits, signs.data_ptr(), numel, bucket,
+                             norms.data_ptr(), float(s), out.data_ptr())
+    return out
+
+
+def expand_bits(packed: torch.Tensor, numel: int, bucket: int, values: torch.Tensor,
+                out: torch.Tensor | None = None, subtract: bool = False) -> torch.Tensor:
+    """``values[k, bit]`` for the first ``numel`` bits of ``packed`` (bucket ``k`` = index //
+    ``bucket``; ``values``: float32 (buckets, 2)), written to ``out`` (new if None), or with
+    ``subtract`` taken off ``out`` in place (float32, contiguous)."""
+    packed = packed.contiguous()
+    values = values.float().contiguous()
+    if out is None:
+        out = torch.empty(numel, dtype=torch.float32)
+    if (packed.dtype != torch.uint8 or packed.numel() < -(-numel // 8)
+            or values.numel() < 2 * -(-numel // bucket) or (bucket % 8 and numel > bucket)
+            or out.dtype != torch.float32 or not out.is_contiguous() or out.numel() != numel):
+        raise ValueError(f"expand_bits: {packed.numel()} bytes of {packed.dtype}, "
+                         f"{values.numel()} values, bucket {bucket} and out "
+                         f"{tuple(out.shape)} {out.dtype} do not fit {numel} values")
+    library().lab_expand_bits(packed.data_ptr(), numel, bucket, values.data_ptr(),
+                              out.data_ptr(), int(subtract))
+    return out
+
+
+def sign_bits(x: torch.Tensor, with_sum: bool = True) -> tuple[torch.Tensor, float | None]:
+    """The flags ``x >= 0`` of float32 ``x`` packed 8 a byte, little-endian bit order (what
+    ``pack_bits(x >= 0)`` gives), and (``with_sum``) ``sum |x|`` in float64 (NaN if x holds
+    one), in one pass."""
+    x = x.reshape(-1).contiguous()
+    if x.dtype != torch.float32:
+        raise ValueError(f"sign_bits: x must be float32, got {x.dtype}")
+    bits = torch.empty(-(-x.numel() // 8), dtype=torch.uint8)
+    l1 = library().lab_sign_bits(x.data_ptr(), x.numel(), bits.data_ptr(), int(with_sum))
+    return bits, l1 if with_sum else None
+
+
+def side_sums(x: torch.Tensor, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per ``bucket`` values of float32 ``x`` (the last bucket may be short): float64 (buckets,
+    2) sums of the values >= 0 and of the others (NaN lands there), and int64 counts of the
+    values >= 0, in one pass."""
+    x = x.reshape(-1).contiguous()
+    if x.dtype != torch.float32:
+        raise ValueError(f"side_sums: x must be float32, got {x.dtype}")
+    buckets = -(-x.numel() // bucket)
+    sums = torch.empty(buckets, 2, dtype=torch.float64)
+    counts = torch.empty(buckets, dtype=torch.int64)
+    library().lab_side_sums(x.data_ptr(), x.numel(), bucket, sums.data_ptr(), counts.data_ptr())
+    return sums, counts
