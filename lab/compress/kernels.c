@@ -18,6 +18,9 @@ typedef uint32_t u32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef uint8_t u8x8 __attribute__((vector_size(8)));
+typedef double f64x4 __attribute__((vector_size(32)));
+typedef int64_t i64x4 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
 
 /* A counter-based random number: 32 bits from (index, key), two rounds of Wellons' lowbias32
  * integer hash. Any index can be drawn independently, so the loop below vectorizes. */
@@ -165,9 +168,7 @@ void lab_expand_bits(const uint8_t *bits, int64_t n, int64_t bucket, const float
  * pass. */
 static inline double sign_bits(const float *restrict x, int64_t n, uint8_t *restrict bits,
                                int with_sum) {
-    typedef double f64x4v __attribute__((vector_size(32)));
-    typedef float f32x4v __attribute__((vector_size(16)));
-    f64x4v sum[2] = {{0}, {0}};
+    f64x4 sum[2] = {{0}, {0}};
     int64_t g = 0;
     for (; g < n / 8; g++) {
         f32x8 v;
@@ -187,8 +188,8 @@ static inline double sign_bits(const float *restrict x, int64_t n, uint8_t *rest
         magnitude &= 0x7fffffffu;  /* |x|: the sign bit cleared */
         memcpy(&v, &magnitude, 32);
         for (int h = 0; h < 2; h++) {
-            f32x4v half = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
-            sum[h] += __builtin_convertvector(half, f64x4v);
+            f32x4 half = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
+            sum[h] += __builtin_convertvector(half, f64x4);
         }
     }
     double total = 0;
@@ -211,10 +212,7 @@ double lab_sign_bits(const float *x, int64_t n, uint8_t *bits, int32_t with_sum)
 
 /* Per bucket of `bucket` values (the last may be short): the sum of the values >= 0, the sum
  * of the others (NaN among them, so that it shows), both in float64, and the count of values
- * >= 0: the two sides of 1-bit SGD, and (one bucket) the l1 norm of the scaled sign. */
-typedef double f64x4 __attribute__((vector_size(32)));
-typedef int64_t i64x4 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
+ * >= 0: the two sides of 1-bit SGD. */
 
 void lab_side_sums(const float *x, int64_t n, int64_t bucket, double *sums, int64_t *nonneg) {
     for (int64_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {

@@ -74,7 +74,7 @@ def _load() -> ctypes.CDLL | None:
         except OSError as err:
             errors.append(str(err))
     warnings.warn(f"lab.compress.native: could not build {SOURCE.name} ({'; '.join(errors)[:300]}); "
-                  "QSGD and TernGrad run their slower torch reference")
+                  "the codecs run their slower torch reference")
     return None
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import native
 from .base import (Compressor, bernoulli, check_finite, check_int, register, round_stochastic,
                    truncate)
-from . import native
 from .fused import fused
 from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .sign import negative, set_sign, set_sign_bits

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, check_finite, register, round_stochastic
 from . import native
+from .base import Compressor, check_finite, register, round_stochastic
 from .fused import fused
 from .packing import expand_codes, pack_uint
 from .qsgd import ratios, sums_of_squares
