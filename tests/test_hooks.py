@@ -87,6 +87,24 @@ def test_async_allreduce_returns_at_once_and_honours_the_network():
         assert torch.all(t == 3.0) and recs[0].bytes == 4000 and recs[0].tag == "x"
 
 
+def _three_in_flight(ctx):
+    import time
+    from lab.comm import Collective
+    comm = Collective(network="8Mbps,20ms")  # 1 MB/s: 40 KB take 40 ms on the wire
+    ts = [torch.ones(10_000) for _ in range(3)]
+    t0 = time.perf_counter()
+    futs = [comm.allreduce_async(t, tag="x") for t in ts]
+    torch.futures.wait_all(futs)
+    return time.perf_counter() - t0, comm.network
+
+
+def test_async_calls_in_flight_overlap_latency_and_queue_their_bytes():
+    for seconds, net in launch(_three_in_flight, 2):
+        one, latency = net.time("allreduce", 40_000, 2), net.time("allreduce", 0, 2)
+        pipelined = latency + 3 * (one - latency)   # one latency, three transfers back to back
+        assert 0.99 * pipelined <= seconds < min(3 * one, 1.3 * pipelined), (seconds, pipelined)
+
+
 def test_ddp_codec_hook_returns_a_future_still_in_flight():
     out = launch(_ddp_hook_futures, 2)
     for pending, grads in out:

@@ -10,7 +10,7 @@ from lab import schedule
 from lab.comm import Collective, CommLedger
 from lab.runtime import LaunchError, launch
 from lab.schedule import overlap
-from lab.schedule.plan import Unit, issue_order, make_units
+from lab.schedule.plan import Unit, issue_order, make_units, predict_step
 from lab.train import TrainConfig, train
 from lab.train import loop
 
@@ -51,6 +51,18 @@ def test_a_late_high_priority_slice_overtakes_waiting_low_priority_slices():
     assert p3 == [Unit(1, 0, 1), Unit(1, 1, 2), Unit(0, 0, 1), Unit(1, 2, 3), Unit(1, 3, 4)]
     fifo = [units[i] for i in issue_order(units, ready, xfer, priority=False)]
     assert fifo[-1] == Unit(0, 0, 1)
+
+
+def test_predicted_step_overlaps_latency_only_with_units_in_flight():
+    units = make_units([4], 1)                 # one layer, four units, no compute at all
+    step = lambda k, lat: predict_step([0.0], [0.0], units, [0, 1, 2, 3], [1.0] * 4,
+                                       in_flight=k, latency=[lat] * 4)
+    assert step(1, 0.5) == pytest.approx(4.0)  # one at a time: every unit pays its latency
+    assert step(4, 0.5) == pytest.approx(2.5)  # one latency, then the bytes back to back
+    assert step(2, 0.9) == pytest.approx(2.1)  # the window, not the link, limits
+    assert step(4, 0.9) == pytest.approx(1.3)
+    with pytest.raises(ValueError, match="in_flight"):
+        step(0, 0.5)
 
 
 # -- real processes ------------------------------------------------------------------------
@@ -99,52 +111,66 @@ def _run(ctx, cfgs, delays=False):
 
 def test_every_schedule_gives_the_sync_model_and_sends_the_dense_bytes():
     names = ["sync"] + OVERLAPPING
-    cfgs = [_cfg(n) for n in names] + [_cfg("sync", compressor="fp16"), _cfg("p3", compressor="fp16")]
+    many = {"slice_size": 1500, "in_flight": 4}  # several slices on the wire at once
+    cfgs = ([_cfg(n) for n in names] + [_cfg("p3", schedule_kw=many), _cfg("fifo", schedule_kw={"in_flight": 3})]
+            + [_cfg("sync", compressor="fp16"), _cfg("p3", compressor="fp16"),
+               _cfg("p3", compressor="fp16", schedule_kw=many)])
     res = launch(_run, 2, cfgs, timeout=120)
     ref, _ = res[0][0]
     dense = ref.numel() * 4
     for rank in res:
-        for name, (params, per_step) in zip(names, rank):
+        for name, (params, per_step) in zip(names + ["p3 in flight", "fifo in flight"], rank):
             assert torch.allclose(params, ref, rtol=1e-5, atol=1e-6), name
             assert per_step == {s: dense for s in range(4)}, name
-        (half_sync, b_sync), (half_p3, b_p3) = rank[-2:]
-        assert b_sync == b_p3 == {s: dense // 2 for s in range(4)}
-        assert torch.allclose(half_sync, half_p3, rtol=1e-3, atol=1e-4)
+        (half_sync, b_sync), *halves = rank[-3:]
+        for half, b in halves:
+            assert b_sync == b == {s: dense // 2 for s in range(4)}
+            assert torch.allclose(half_sync, half, rtol=1e-3, atol=1e-4)
     assert torch.equal(res[0][2][0], res[1][2][0])   # replicas identical
 
 
 def test_no_deadlock_and_same_model_under_random_per_rank_delays():
     cfgs = [_cfg("sync", steps=2)] + [_cfg(n, steps=2, seed=0, jitter=0.003)
                                      for n in ["p3", "fifo", "slicing-only", "priority-only"] * 5]
-    res = launch(_run, 2, cfgs, True, timeout=150)   # 20 delayed runs
+    cfgs += [_cfg("p3", steps=2, schedule_kw={"slice_size": 1500, "in_flight": 4}),
+             _cfg("fifo", steps=2, schedule_kw={"in_flight": 3})]
+    res = launch(_run, 2, cfgs, True, timeout=150)   # 20 delayed runs, 2 with exchanges in flight
     for rank in res:
         ref = rank[0][0]
         for params, _ in rank[1:]:
             assert torch.allclose(params, ref, rtol=1e-5, atol=1e-6)
 
 
-def _fail_in_comm_thread(ctx, cfg):
+def _fail_in_comm_thread(ctx, cfg, how):
     from lab.aggregate.dense import DenseAllreduce
-    plain = DenseAllreduce.reduce
+    plain = DenseAllreduce.reduce_async
 
-    def reduce(self, tensor, key, step):
+    def reduce_async(self, tensor, key, step, out=None):
         if ctx.rank == 1 and step == 2:
-            raise RuntimeError("injected failure in the communication thread")
-        return plain(self, tensor, key, step)
-    DenseAllreduce.reduce = reduce
+            error = RuntimeError("injected failure in the communication thread")
+            if how == "raise":
+                raise error
+            fut = torch.futures.Future()  # the exchange itself fails, on gloo's side
+            fut.set_exception(error)
+            return fut
+        return plain(self, tensor, key, step, out)
+    DenseAllreduce.reduce_async = reduce_async
     return loop.train_rank(ctx, cfg)
 
 
-def test_a_rank_failing_during_overlapped_comm_ends_all_ranks():
+@pytest.mark.parametrize("how,in_flight", [("raise", 1), ("future", 4)])
+def test_a_rank_failing_during_overlapped_comm_ends_all_ranks(how, in_flight):
     with pytest.raises(LaunchError, match="injected failure"):
-        launch(_fail_in_comm_thread, 2, _cfg("p3", steps=6), timeout=60)
+        launch(_fail_in_comm_thread, 2, _cfg("p3", steps=6, schedule_kw={"in_flight": in_flight}),
+               how, timeout=60)
 
 
 def test_bad_arguments_are_refused_before_launch():
     with pytest.raises(ValueError, match="schedule"):
         TrainConfig(schedule="p4")
     for kw, match in (({"slice_size": 0}, "slice_size"), ({"slice_size": 2.5}, "slice_size"),
-                      ({"slice": 10}, "schedule_kw")):
+                      ({"slice": 10}, "schedule_kw"), ({"in_flight": 0}, "in_flight"),
+                      ({"in_flight": True}, "in_flight")):
         with pytest.raises(ValueError, match=match):
             train(TrainConfig(schedule="p3", schedule_kw=kw), workers=2)
     with pytest.raises(ValueError, match="schedule_kw"):

@@ -46,6 +46,18 @@ class Aggregator:
         """Average one tensor over ranks (to implement)."""
         raise NotImplementedError
 
+    def reduce_async(self, tensor: torch.Tensor, key, step: int,
+                     out: torch.Tensor | None = None) -> torch.futures.Future:
+        """Start averaging ``tensor``; a future of the average (written into ``out`` if given).
+
+        Default: :meth:`reduce`, run now, as a completed future. Aggregators whose exchange is
+        a single allreduce override it, so that several exchanges can be in flight together
+        (the overlap engine's ``in_flight``, the DDP hook's buckets)."""
+        avg = self.reduce(tensor, key, step)
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(avg if out is None else out.copy_(avg.reshape(out.shape)))
+        return fut
+
     def info(self) -> dict:
         """Per-step series for ``History.series`` (collective chosen, density...); called by the
         training loop once after each step. Default: nothing."""

@@ -17,6 +17,10 @@ class DenseAllreduce(Aggregator):
         self.comm.allreduce(out, tag="grad")
         return out.div_(self.comm.world_size)
 
+    def reduce_async(self, tensor, key, step, out=None):
+        buf = tensor.detach().clone() if out is None else out.copy_(tensor)
+        return self.comm.allreduce_async(buf, tag="grad", then=lambda s: s.div_(self.comm.world_size))
+
 
 @register("compressed")
 class CompressedExchange(Aggregator):
@@ -48,3 +52,21 @@ class CompressedExchange(Aggregator):
             for p in gathered:
                 total += c.decompress(p, ctx)
         return total.div_(self.comm.world_size)
+
+    def reduce_async(self, tensor, key, step, out=None):
+        """Allreduce-compatible codecs: compress now, decompress and average when the sum is
+        back (in the collective's own callback when the payload is one tensor). Allgather
+        codecs exchange sizes first and run now (:meth:`Aggregator.reduce_async`)."""
+        c, comm = self.compressor, self.comm
+        if not c.allreduce_compatible:
+            return super().reduce_async(tensor, key, step, out)
+        payload, ctx = c.compress(tensor, key)
+        target = torch.empty_like(tensor) if out is None else out
+
+        def average(summed):
+            return c.decompress_into(summed, ctx, target).div_(comm.world_size)
+        if len(payload) == 1:
+            return comm.allreduce_async(payload[0], tag="grad", then=lambda s: average((s,)))
+        parts = [comm.allreduce_async(p, tag="grad") for p in payload]
+        return torch.futures.collect_all(parts).then(
+            lambda _: average(tuple(f.value() for f in parts)))

@@ -40,6 +40,8 @@ class Collective:
         self.rank = dist.get_rank(group) if self.distributed else 0
         self.world_size = dist.get_world_size(group) if self.distributed else 1
         self.backend = dist.get_backend(group) if self.distributed else "none"
+        self._link_free = 0.0  # when the emulated link has sent the bytes of every async call
+        self._link_lock = threading.Lock()
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _run(self, op: str, tag: str, nbytes: int, fn, model_bytes: int | None = None,
@@ -60,6 +62,17 @@ class Collective:
         self.ledger.add(op, tag, 0 if solo else nbytes, seconds, modeled,
                         0 if solo else (nbytes if recv is None else recv))
         return out
+
+    def _link_end(self, op: str, nbytes: int, start: float) -> tuple[float, float]:
+        """(modeled seconds, end time) of an async call started at ``start``: alone on the link
+        it ends ``modeled`` later, as a blocking call would; with calls still in flight its
+        latency overlaps theirs but its bytes wait for theirs (one link, pipelined messages)."""
+        modeled = self.network.time(op, nbytes, self.world_size)
+        on_wire = min(modeled, max(0.0, modeled - self.network.time(op, 0, self.world_size)))
+        with self._link_lock:
+            end = max(start + modeled, self._link_free + on_wire)
+            self._link_free = end
+        return modeled, end
 
     def _wire(self, t: torch.Tensor) -> torch.Tensor:
         """gloo cannot reduce every op on CUDA tensors: stage through host memory."""
@@ -87,9 +100,9 @@ class Collective:
         ``then(t)`` if given (run in the same callback: a DDP hook that decompresses there
         costs one Python callback per bucket, as torch's own hooks do, not two).
 
-        The future completes when the collective is done *and* its modeled time on the emulated
-        network has passed since the call (each call counts from its own start: concurrent
-        calls are not serialised on the link); its ledger record is added then."""
+        The future completes when the collective is done *and* the emulated link has carried
+        it (:meth:`_link_end`: calls in flight together overlap their latency, their bytes
+        queue one call after another); its ledger record is added then."""
         if op not in _OPS:
             raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
         w = self._wire(t)
@@ -124,11 +137,12 @@ class Collective:
             except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
                 out.set_exception(exc)
 
+        modeled, end = self._link_end("allreduce", nbytes, start)
+
         def done(f):
             try:
                 collected(f)
-                modeled = self.network.time("allreduce", nbytes, self.world_size)
-                left = modeled - (time.perf_counter() - start)
+                left = end - time.perf_counter()
                 if left > 0:  # a timer, not a sleep: never block the thread that completed it
                     timer = threading.Timer(left, finish, (modeled,))
                     timer.daemon = True

@@ -11,7 +11,7 @@ so models with many buckets work (torch's own PowerSGD hook on gloo aborted with
 buckets), and an all-zero bucket stays zero (no division by a zero norm).
 
 For allreduce-compatible codecs (fp32, fp16, shared-seed Random-k, sketches...) the hook only
-compresses and *starts* the allreduce (:meth:`lab.comm.Collective.allreduce_async`); the future
+compresses and *starts* the allreduce (:meth:`lab.aggregate.dense.CompressedExchange.reduce_async`); the future
 it returns decompresses and averages when the collective completes, so DDP keeps running the
 backward pass while the bucket is on the wire, as with torch's own ``fp16_compress_hook``.
 Codecs that need an allgather (Top-k, signs) exchange their payload sizes first and run
@@ -42,21 +42,7 @@ class CodecHookState:
 
 
 def codec_hook(state: CodecHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The DDP hook: average the bucket's gradient over ranks through the codec."""
+    """The DDP hook: average the bucket's gradient over ranks through the codec, decoded
+    straight into the bucket (DDP then has nothing left to copy)."""
     grad = bucket.buffer()
-    codec, comm = state.exchange.compressor, state.comm
-    if not codec.allreduce_compatible:
-        avg = state.exchange.reduce(grad, key=bucket.index(), step=-1)
-        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        fut.set_result(avg.to(grad.dtype))
-        return fut
-    payload, ctx = codec.compress(grad, bucket.index())
-
-    def average(summed):
-        # decoded straight into the bucket (DDP then has nothing left to copy), then averaged
-        return codec.decompress_into(summed, ctx, grad).div_(comm.world_size)
-    if len(payload) == 1:  # decompressed in the collective's own callback
-        return comm.allreduce_async(payload[0], tag="grad", then=lambda s: average((s,)))
-    parts = [comm.allreduce_async(p, tag="grad") for p in payload]
-    return torch.futures.collect_all(parts).then(
-        lambda _: average(tuple(f.value() for f in parts)))
+    return state.exchange.reduce_async(grad, key=bucket.index(), step=-1, out=grad)

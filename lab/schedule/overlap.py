@@ -5,6 +5,9 @@
 - one daemon thread drains a queue of steps, exchanges the units (whole layers or slices) of
   each step through the aggregator in an order fixed in advance (:mod:`lab.schedule.plan`: the
   same on every rank), and when a layer's last unit is back applies that layer's optimizer step;
+- up to ``in_flight`` units are on the wire at once (default 1: each pays the link's latency
+  on its own; more let their latencies overlap, as the slices sent to P3's parameter servers
+  do, but a high-priority slice that becomes ready then queues behind more sent ones);
 - the next forward waits per layer (a forward pre-hook) only for the layer it is about to run,
   so layer 0 can start while the last layers are still on the wire.
 
@@ -16,6 +19,7 @@ it, so a failing rank still ends the launch with its traceback.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import queue
 import threading
@@ -26,7 +30,7 @@ import torch
 from ..comm import CommLedger, Network
 from ..engine import StepResult
 from .base import Schedule
-from .plan import check_slice_size, issue_order, make_units
+from .plan import check_in_flight, check_slice_size, issue_order, make_units
 
 # Planning only (never a clock): a loopback link as measured with gloo on a 2-core machine.
 LOOPBACK = Network(latency=3e-4, bandwidth=0.7e9, name="loopback")
@@ -42,7 +46,7 @@ class Overlap(Schedule):
 
     slice_size: int | None = None   # None: whole layers
     priority: bool = False          # False: backward (FIFO) order; True: forward order first
-    options = ("timeline",)         # schedule_kw this schedule accepts
+    options = ("in_flight", "timeline")  # schedule_kw this schedule accepts
 
     @classmethod
     def check(cls, cfg, workers) -> None:
@@ -52,6 +56,8 @@ class Overlap(Schedule):
                                  f"(options: {', '.join(cls.options)})")
         if "slice_size" in cfg.schedule_kw:
             check_slice_size(cfg.schedule_kw["slice_size"])
+        if "in_flight" in cfg.schedule_kw:
+            check_in_flight(cfg.schedule_kw["in_flight"])
         for arg, value, default in (("averaging", cfg.averaging, "none"), ("attack", cfg.attack, "none"),
                                     ("sync", cfg.sync, "allreduce")):
             if value != default:
@@ -61,12 +67,15 @@ class Overlap(Schedule):
             raise ValueError(f"schedule={cls.name!r} reduces slice by slice: aggregator must be "
                              f"'allreduce' or 'compressed' (a codec), got {cfg.aggregator!r}")
 
-    def __init__(self, engine, slice_size: int | None = None, timeline: bool = False):
+    def __init__(self, engine, slice_size: int | None = None, timeline: bool = False,
+                 in_flight: int = 1):
         super().__init__(engine)
         e = engine
         if slice_size is not None:
             check_slice_size(slice_size)
             self.slice_size = slice_size
+        check_in_flight(in_flight)
+        self.in_flight = in_flight
         self.timeline = bool(timeline)
         owned = {id(p) for p in e.params}
         self.layers = [(m, [p for p in m.parameters(recurse=False) if id(p) in owned])
@@ -94,7 +103,8 @@ class Overlap(Schedule):
             for p in ps:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready(layer)))
         self.origin = time.perf_counter()
-        self.events, self.busy, self.waited = [], 0.0, 0.0
+        self.events, self.busy, self.waited, self._last_end = [], 0.0, 0.0, 0.0
+        self._wake = threading.Event()  # a gradient is ready or an exchange has finished
         self.error: BaseException | None = None
         self.stopping, self.closed = False, False
         self.jobs: queue.Queue = queue.Queue()
@@ -144,6 +154,7 @@ class Overlap(Schedule):
             if self._left[layer] == 0:
                 self._event("ready", layer)
                 self.ready[layer].set()
+                self._wake.set()
         return hook
 
     def _before_forward(self, layer):
@@ -216,27 +227,50 @@ class Overlap(Schedule):
     def _exchange(self, step: int, order: list[int], network) -> None:
         e = self.engine
         self.comm.ledger.step, self.comm.network = step, network
-        flat, left = {}, [0] * len(self.layers)
+        flat, left, pending = {}, [0] * len(self.layers), collections.deque()
         for u in self.units:
             left[u.layer] += 1
         for i in order:
             u = self.units[i]
-            while not self.ready[u.layer].wait(_POLL):
-                if self.stopping:
-                    raise _Abort
+            self._until(lambda: self.ready[u.layer].is_set(), pending, left, flat)
             if u.layer not in flat:  # the layer's gradient as one vector, and room for its mean
                 g = torch.cat([p.grad.reshape(-1) for p in self.layers[u.layer][1]])
                 flat[u.layer] = (g, torch.empty_like(g))
+            self._until(lambda: len(pending) < self.in_flight, pending, left, flat)
             grad, avg = flat[u.layer]
-            t0 = time.perf_counter()
-            avg[u.start:u.stop] = e.aggregator.reduce(grad[u.start:u.stop], (u.layer, u.start), step)
-            t1 = time.perf_counter()
-            self.busy += t1 - t0
-            if self.timeline:
-                self.events.append(["comm", u.layer, u.start, t0 - self.origin, t1 - self.origin])
-            left[u.layer] -= 1
-            if left[u.layer] == 0:
-                self._apply(u.layer, avg)
+            unit = {"unit": u, "start": time.perf_counter()}
+            unit["future"] = fut = e.aggregator.reduce_async(
+                grad[u.start:u.stop], (u.layer, u.start), step, out=avg[u.start:u.stop])
+            pending.append(unit)
+            fut.add_done_callback(lambda _f, unit=unit: self._arrived(unit))
+        self._until(lambda: not pending, pending, left, flat)
+
+    def _arrived(self, unit: dict) -> None:  # any thread: the unit's exchange is complete
+        unit["end"] = time.perf_counter()
+        self._wake.set()
+
+    def _until(self, cond, pending, left, flat) -> None:
+        """Collect finished units (in issue order; a layer whose last unit is back is applied)
+        until ``cond()``; a gradient hook or a finished exchange wakes the thread."""
+        while True:
+            self._wake.clear()
+            while pending and "end" in pending[0]:
+                unit = pending.popleft()
+                unit["future"].wait()  # raises the exchange's error, if any
+                u, t0, t1 = unit["unit"], unit["start"], unit["end"]
+                # time with something on the wire: the union of the units' intervals
+                self.busy += max(0.0, t1 - max(t0, self._last_end))
+                self._last_end = max(self._last_end, t1)
+                if self.timeline:
+                    self.events.append(["comm", u.layer, u.start, t0 - self.origin, t1 - self.origin])
+                left[u.layer] -= 1
+                if left[u.layer] == 0:
+                    self._apply(u.layer, flat[u.layer][1])
+            if cond():
+                return
+            if self.stopping:
+                raise _Abort
+            self._wake.wait(_POLL)
 
     def _apply(self, layer: int, avg: torch.Tensor) -> None:
         ps = self.layers[layer][1]
@@ -251,6 +285,7 @@ class Overlap(Schedule):
             return
         self.closed, self.stopping = True, True
         self.jobs.put(None)
+        self._wake.set()
         self.thread.join(timeout=1.0)
         for h in self._hooks:
             h.remove()

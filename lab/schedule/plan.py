@@ -38,6 +38,12 @@ def check_slice_size(slice_size) -> None:
         raise ValueError(f"slice_size must be a positive int (values per slice), got {slice_size!r}")
 
 
+def check_in_flight(in_flight) -> None:
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise ValueError(f"in_flight must be a positive int (exchanges on the wire at once), "
+                         f"got {in_flight!r}")
+
+
 def make_units(layer_sizes: Sequence[int], slice_size: int | None) -> list[Unit]:
     """Every layer whole (``slice_size=None``) or cut into slices of ``slice_size`` values;
     the units cover every value of every layer exactly once, in forward order."""
@@ -83,17 +89,23 @@ def issue_order(units: Sequence[Unit], ready: Sequence[float], xfer: Sequence[fl
 
 
 def predict_step(fwd: Sequence[float], ready: Sequence[float], units: Sequence[Unit],
-                 order: Sequence[int], xfer: Sequence[float], steps: int = 6) -> float:
+                 order: Sequence[int], xfer: Sequence[float], steps: int = 6,
+                 in_flight: int = 1, latency: Sequence[float] | None = None) -> float:
     """Steady-state seconds per step of an overlapping schedule on the alpha-beta clock.
 
     ``fwd[l]``: forward time of layer ``l``; ``ready[l]``: when its gradient is ready, seconds
     after backward starts (the last one also ends backward). Each step's forward starts layer
     ``l`` at ``f_l = max(f_{l-1} + fwd[l-1], a_l)``, with ``a_l`` the time the previous
-    exchange finished layer ``l`` (the overview's forward-start equation); units go out one at a
-    time in ``order``, each when its layer is ready and the link is free.
+    exchange finished layer ``l`` (the overview's forward-start equation); units go out in
+    ``order``, each when its layer is ready and fewer than ``in_flight`` units are on the wire.
+    Alone, unit ``i`` takes ``xfer[i]``; in flight together, its ``latency[i]`` (the part of
+    ``xfer[i]`` that is not bytes; default 0) overlaps the transfers before it, while its bytes
+    queue behind theirs: the link model of :meth:`lab.comm.Collective.allreduce_async`.
     """
+    check_in_flight(in_flight)
+    lat = [0.0] * len(xfer) if latency is None else latency
     n = len(fwd)
-    arrive, link, starts = [0.0] * n, 0.0, []
+    arrive, link, ends, starts = [0.0] * n, 0.0, [], []
     for _ in range(steps):
         t = arrive[0]
         starts.append(t)
@@ -105,7 +117,9 @@ def predict_step(fwd: Sequence[float], ready: Sequence[float], units: Sequence[U
             left[u.layer] += 1
         for i in order:
             u = units[i]
-            link = max(link, back + ready[u.layer]) + xfer[i]
+            issue = max(back + ready[u.layer], ends[-in_flight] if len(ends) >= in_flight else 0.0)
+            link = max(issue + xfer[i], link + xfer[i] - lat[i])
+            ends.append(link)
             left[u.layer] -= 1
             if left[u.layer] == 0:
                 arrive[u.layer] = link
