@@ -4,6 +4,7 @@ Deterministic kernels must give the reference's bits; the random ones (QSGD's an
 stochastic rounding) the reference's distribution: levels floor(r) or floor(r) + 1, rounded up
 with probability r - floor(r), so that decoding is unbiased (QSGD Lemma 3.1; TernGrad Sec. 3.1).
 """
+import contextlib
 import warnings
 
 import pytest
@@ -43,6 +44,42 @@ def test_deterministic_codecs_equal_their_reference_bit_for_bit(name, kw, n):
         for a, b in zip(p_fast, p_slow):
             assert a.dtype == b.dtype and torch.equal(a, b), name
         assert torch.equal(d_fast.view(torch.int32), d_slow.view(torch.int32))  # -0.0 too
+
+
+def _extremes(n, seed=0):
+    """Values of every magnitude a cast meets: subnormal in fp16, ties, near each max."""
+    x = _x(n, seed) * torch.logspace(-9, 4.8, n)
+    edges = torch.tensor([0.0, -0.0, 65504.0, -65519.9, 5.96e-8, 2.98e-8, 1e-40, 3.38e38, 1 + 2 ** -11])
+    x[: min(n, len(edges))] = edges[:n]
+    return x
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16"])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 1000, 65537])
+def test_casts_equal_their_reference_bit_for_bit(name, n):
+    x = _extremes(n)
+    if name == "fp16":
+        x = x.clamp(-65504, 65504)  # beyond it fp16 refuses (tested below)
+    p_fast, d_fast = _roundtrip(make(name), x)
+    with native.reference():
+        p_slow, d_slow = _roundtrip(make(name), x)
+    assert p_fast[0].dtype == p_slow[0].dtype
+    assert torch.equal(p_fast[0].view(torch.uint8), p_slow[0].view(torch.uint8))
+    assert torch.equal(d_fast.view(torch.int32), d_slow.view(torch.int32))
+
+
+@pytest.mark.parametrize("name", ["none", "fp16", "bf16"])
+@pytest.mark.parametrize("at", [0, 13, 4999])  # in the vector body and in the tail
+def test_casts_refuse_what_the_reference_refuses(name, at):
+    bad = [(float("nan"), FloatingPointError), (float("-inf"), FloatingPointError)]
+    bad += {"fp16": [(7e4, OverflowError)], "bf16": [(3.4028e38, OverflowError)]}.get(name, [])
+    for value, error in bad:
+        x = _x(5000)
+        x[at] = value
+        for reference in (False, True):
+            with native.reference() if reference else contextlib.nullcontext():
+                with pytest.raises(error, match=name):
+                    make(name).compress(x)
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])

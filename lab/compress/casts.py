@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from . import native
 from .base import Compressor, all_finite, check_finite, register
+
 
 class _Cast(Compressor):
     fixed_size = True
@@ -16,20 +18,27 @@ class _Cast(Compressor):
     wire_dtype: torch.dtype | None = None  # None: send in the input's own dtype
 
     def compress(self, tensor, key=None):
-        if self.wire_dtype is None or not isinstance(tensor, torch.Tensor) \
-                or not tensor.is_floating_point():
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
             return super().compress(tensor, key)  # the base class checks (and names) bad input
-        # Speed: a cast carries NaN and Inf along (and turns overflow into Inf), so one min/max
-        # over the half-size *output* replaces the base class's pass over the input.
-        wire = tensor.detach().reshape(-1).to(self.wire_dtype)
-        if wire.numel():
-            lo, hi = torch.aminmax(wire)
-            if not all_finite(lo, hi):
-                check_finite(tensor, self.name)  # raises if the input itself holds NaN/Inf
-                big = tensor.detach().abs().max().item()
-                raise OverflowError(f"{self.name}: |value| up to {big:.3g} exceeds the range of "
-                                    f"{self.wire_dtype} ({torch.finfo(self.wire_dtype).max:.5g});"
-                                    f" scale the tensor{' or use bf16' if self.name == 'fp16' else ''}")
+        # Speed: a cast carries NaN and Inf along (and turns overflow into Inf), so checking
+        # the *output* replaces the base class's pass over the input: in the same pass as the
+        # cast (or copy) in the C kernel, else by one min/max over the half-size output.
+        flat = tensor.detach().reshape(-1)
+        fast = native.cast(flat, self.wire_dtype or flat.dtype) \
+            if flat.dtype == torch.float32 and native.enabled(flat) else None
+        if fast is not None:
+            wire, finite = fast
+        elif self.wire_dtype is None:
+            return super().compress(tensor, key)  # a check, then a copy
+        else:
+            wire = flat.to(self.wire_dtype)
+            finite = not wire.numel() or all_finite(*torch.aminmax(wire))
+        if not finite:
+            check_finite(tensor, self.name)  # raises if the input itself holds NaN/Inf
+            big = tensor.detach().abs().max().item()
+            raise OverflowError(f"{self.name}: |value| up to {big:.3g} exceeds the range of "
+                                f"{self.wire_dtype} ({torch.finfo(self.wire_dtype).max:.5g});"
+                                f" scale the tensor{' or use bf16' if self.name == 'fp16' else ''}")
         return (wire,), (tensor.shape, tensor.dtype, None)
 
     def encode(self, flat, key):

@@ -1,5 +1,5 @@
-/* Native CPU kernels for the elementwise cores of the sign, 1-bit, QSGD and TernGrad codecs
- * (issue 8).
+/* Native CPU kernels for the elementwise cores of the casts and the sign, 1-bit, QSGD and
+ * TernGrad codecs (issue 8).
  *
  * Each function is one pass over the values where the torch/numpy reference in the Python
  * codec makes three to eight (abs, divide, scale, cast, add random bytes, compare, shift, or,
@@ -250,4 +250,53 @@ void lab_side_sums(const float *x, int64_t n, int64_t bucket, double *sums, int6
         sums[2 * k + 1] = sn;
         nonneg[k] = c;
     }
+}
+
+/* The casts' compress: fp32 values copied (mode 0) or cast to fp16 (mode 1) or bf16 (mode 2),
+ * rounding to nearest even as torch's casts do, and in the same pass the answer to the only
+ * question the codec asks: is every value on the wire finite? Returns 1 if some input is Inf
+ * or NaN or rounds past the half type's range, 0 if not, -1 where fp16 needs torch (no F16C). */
+static inline int32_t is_special(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
+
+int32_t lab_cast(const float *restrict x, int64_t n, int32_t mode, void *restrict out) {
+    uint32_t bad = 0;
+    if (mode == 0) {
+        const uint32_t *restrict u = (const uint32_t *)x;
+        uint32_t *restrict o = (uint32_t *)out;
+        for (int64_t i = 0; i < n; i++) {
+            o[i] = u[i];
+            bad |= is_special(u[i]);
+        }
+    } else if (mode == 2) {
+        const uint32_t *restrict u = (const uint32_t *)x;
+        uint16_t *restrict o = (uint16_t *)out;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t r = (u[i] + 0x7fffu + ((u[i] >> 16) & 1u)) >> 16;
+            o[i] = (uint16_t)r;
+            bad |= is_special(u[i]) | ((r & 0x7f80u) == 0x7f80u);  /* NaN may round anywhere */
+        }
+    } else {
+#ifdef __F16C__
+        /* the hardware's conversion: eight values per instruction, nearest even */
+        typedef uint16_t u16x8 __attribute__((vector_size(16)));
+        typedef int16_t i16x8 __attribute__((vector_size(16)));
+        uint16_t *restrict o = (uint16_t *)out;
+        i16x8 any = {0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+            _mm_storeu_si128((__m128i *)(o + i), h);
+            any |= (i16x8)(((u16x8)h & 0x7c00) == 0x7c00);  /* Inf or NaN, in or by overflow */
+        }
+        for (int k = 0; k < 8; k++)
+            bad |= any[k] != 0;
+        for (; i < n; i++) {
+            o[i] = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x[i]), _MM_FROUND_TO_NEAREST_INT), 0);
+            bad |= (o[i] & 0x7c00u) == 0x7c00u;
+        }
+#else
+        return -1;  /* torch's own vectorized cast is faster than a scalar one */
+#endif
+    }
+    return bad != 0;
 }

@@ -1,12 +1,13 @@
-"""Native CPU kernels for the cores of the sign, 1-bit, QSGD and TernGrad codecs (``kernels.c``).
+"""Native CPU kernels for the cores of the cast, sign, 1-bit, QSGD and TernGrad codecs
+(``kernels.c``).
 
 On the CPU, a codec written in torch or numpy is a chain of passes over the tensor (abs,
 divide, scale, random bytes, add, compare, cast, pack), and QSGD's chain cost 20-30x a memory
 copy. ``kernels.c`` does each chain in one vectorized pass (``python -m lab bench codecs``:
-QSGD 7-9x a copy, TernGrad 9-12x, EF-SGD about 5x). The random numbers come from a
-counter-based hash of (value index, a 64-bit key drawn from the codec's seeded torch
-generator), so a seed still fixes the payload, and each value's draw is independent of the
-others. Sums are taken in float64 here and in the CPU reference alike, so the deterministic
+QSGD 7-9x a copy, TernGrad 9-12x, EF-SGD about 5x; a cast with its finiteness check, about 2x).
+The random numbers come from a counter-based hash of (value index, a 64-bit key drawn from the
+codec's seeded torch generator), so a seed still fixes the payload, and each value's draw is
+independent of the others. Sums are taken in float64 here and in the CPU reference alike, so the deterministic
 codecs give the same bits on both paths.
 
 The C file is compiled with the system's C compiler (``$CC``, else ``cc``) on first use, into a
@@ -134,6 +135,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.lab_sign_bits.restype = ctypes.c_double
     lib.lab_side_sums.argtypes = [ptr, i64, i64, ptr, ptr]
     lib.lab_side_sums.restype = None
+    lib.lab_cast.argtypes = [ptr, i64, i32, ptr]
+    lib.lab_cast.restype = ctypes.c_int32
     return lib
 
 
@@ -228,3 +231,18 @@ def side_sums(x: torch.Tensor, bucket: int) -> tuple[torch.Tensor, torch.Tensor]
     counts = torch.empty(buckets, dtype=torch.int64)
     library().lab_side_sums(x.data_ptr(), x.numel(), bucket, sums.data_ptr(), counts.data_ptr())
     return sums, counts
+
+
+_CAST_MODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+def cast(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, bool] | None:
+    """float32 ``x`` copied to ``dtype`` (float32, float16 or bfloat16; what ``x.to(dtype)``
+    gives, as a new tensor) and whether every value of the result is finite, in one pass; None
+    where the compiler had no fp16 type (the caller casts with torch)."""
+    x = x.reshape(-1).contiguous()
+    if x.dtype != torch.float32 or dtype not in _CAST_MODES:
+        raise ValueError(f"cast: float32 to one of {list(_CAST_MODES)}, got {x.dtype} to {dtype}")
+    out = torch.empty(x.numel(), dtype=dtype)
+    bad = library().lab_cast(x.data_ptr(), x.numel(), _CAST_MODES[dtype], out.data_ptr())
+    return None if bad < 0 else (out, bad == 0)
