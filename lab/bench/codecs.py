@@ -8,7 +8,7 @@ On the CPU the default is one thread (the issue's measure); on a GPU every call 
 synchronised before the clock stops. ``ratio`` is the compression ratio (dense bytes / wire
 bytes), from the payload itself. :func:`run` tunes glibc's allocator as the training ranks do
 (:mod:`lab.runtime.allocator`; ``LAB_KEEP_FREED_MEMORY=0`` measures with its defaults).
-On the CPU, the sign, 1-bit, QSGD and TernGrad codecs run their C kernels
+On the CPU, the cast, sign, 1-bit, QSGD and TernGrad codecs run their C kernels
 (:mod:`lab.compress.native`); ``LAB_NATIVE=0`` measures the torch reference instead.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ from .base import Compressor, all_finite, check_finite, check_int, register
 from .error_feedback import ErrorFeedback
 from .packing import expand_bits, pack_bits, unpack_bits
 from .qsgd import as_buckets
-from .sign import nonnegative
+from .sign import nonnegative, sign_bits
 
 
 def count_true(rows: torch.Tensor) -> torch.Tensor:
@@ -103,7 +103,7 @@ class OneBit(Compressor):
         bucket = self._bucket(n, key)
         x = flat.float()
         if native.enabled(x):  # sign bits, both sums and the counts in two passes (kernels.c)
-            bits, sums, n_pos = native.sign_bits(x, with_sum=False)[0], *native.side_sums(x, bucket)
+            bits, sums, n_pos = sign_bits(x), *native.side_sums(x, bucket)
         else:
             bits, sums, n_pos = side_sums(x, bucket)
         sizes = torch.full_like(n_pos, bucket)
