@@ -2,10 +2,12 @@
 
 ``LAB_PROFILE=ci`` (default) keeps every notebook near a minute on a 2-core CPU;
 ``LAB_PROFILE=gpu`` runs more workers, bigger models and more steps, with compute on the GPU
-when one is visible (NCCL when every rank has its own).
+when one is visible (NCCL when every rank has its own). ``LAB_DEVICE=cpu`` (or ``cuda``) overrides
+a profile's device: the gpu profile's sizes with compute on the CPU check its claims without a GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 from dataclasses import dataclass
@@ -34,11 +36,17 @@ PROFILES = {
 
 
 def profile(name: str | None = None) -> Profile:
-    """The active profile: ``name``, else ``$LAB_PROFILE``, else ``"ci"``."""
+    """The active profile: ``name``, else ``$LAB_PROFILE``, else ``"ci"``; its device replaced
+    by ``$LAB_DEVICE`` when that is set."""
     name = name or os.environ.get("LAB_PROFILE", "ci")
     if name not in PROFILES:
         raise ValueError(f"LAB_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
-    return PROFILES[name]
+    device = os.environ.get("LAB_DEVICE")
+    if device is None:
+        return PROFILES[name]
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"LAB_DEVICE must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    return dataclasses.replace(PROFILES[name], device=device)
 
 
 def show_source(obj) -> None:

@@ -236,6 +236,37 @@ def test_cpu_generator_is_the_codec_generator():
     assert c.generator.initial_seed() == 3 + 2 * 1_000_003
 
 
+class _FakeDeviceGenerator:
+    """Stands in for a GPU generator on a machine without one: records device and seed."""
+    def __init__(self, device):
+        self.device, self.seed = torch.device(device), None
+
+    def manual_seed(self, seed):
+        self.seed = seed
+        return self
+
+
+def test_device_generators_are_seeded_like_the_cpu_one(monkeypatch):
+    import lab.compress.base as B
+    private = [C.make("qsgd", seed=5).bind(r, 2) for r in range(2)]
+    shared = [C.make("randomk_shared", seed=5).bind(r, 2) for r in range(2)]
+    monkeypatch.setattr(B.torch, "Generator", _FakeDeviceGenerator)
+    for codec in private + shared:
+        g = codec.generator_for("cuda:1")
+        assert g.device == torch.device("cuda:1") and g.seed == codec.generator.initial_seed()
+        assert codec.generator_for(torch.device("cuda:1")) is g  # one per device: its stream goes on
+        assert codec.generator_for("cuda:0") is not g
+        assert codec.generator_for("cpu") is codec.generator
+    assert private[0].generator_for("cuda:0").seed != private[1].generator_for("cuda:0").seed
+    assert shared[0].generator_for("cuda:0").seed == shared[1].generator_for("cuda:0").seed
+    old = private[0].generator_for("cuda:1")
+    monkeypatch.undo()  # bind() builds a real CPU generator
+    private[0].bind(1, 2)  # rebinding starts fresh streams, seeded for the new rank, everywhere
+    monkeypatch.setattr(B.torch, "Generator", _FakeDeviceGenerator)
+    new = private[0].generator_for("cuda:1")
+    assert new is not old and new.seed == private[1].generator.initial_seed()
+
+
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml", "randomk", "randomk_shared",
                                   "wangni", "topk", "topk_sampled", "onebit", "sign", "fp16"])
@@ -278,6 +309,61 @@ def test_stochastic_levels_reference_is_the_plain_rule():
     r = (v.abs() / norm * 15).clamp(max=15)
     want = r.floor() + (u < r - r.floor()).float()
     assert torch.equal(stochastic_levels(v, norm, u, 15, torch.uint8), want.to(torch.uint8))
+
+
+@pytest.fixture
+def fresh_fused(monkeypatch):
+    """``fused`` compiling CPU tensors of any size, so CI (no GPU) runs the compiled code; each
+    call gets a freshly wrapped core, leaving the library's own compile state alone."""
+    from lab.compress import fused as F
+    monkeypatch.setattr(F, "FUSE_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(F, "FUSE_MIN_NUMEL", 1)
+    monkeypatch.delenv("LAB_FUSE", raising=False)
+    return lambda core: F.fused(core.reference)
+
+
+def test_fused_cores_compiled_equal_their_reference(fresh_fused):
+    from lab.compress.qsgd import stochastic_levels
+    from lab.compress.terngrad import ternary_codes
+    v = torch.randn(16, 1024, generator=gen()) * 3
+    norm = v.norm(dim=1, keepdim=True)
+    u = torch.rand(v.shape, generator=gen(1))
+    for core, args in ((stochastic_levels, (v, norm, u, 15, torch.uint8)),
+                       (ternary_codes, (v.reshape(-1), v.abs().max(), u.reshape(-1)))):
+        f = fresh_fused(core)
+        ref = core.reference(*args)
+        assert torch.equal(f(*args), ref) and f.state["compiled"] is None  # first sighting: eager
+        assert torch.equal(f(*args), ref)  # second: compiled, same bits
+        assert f.state["compiled"] is not None and len(f.state["ready"]) == 1
+        assert not f.state["failed"]
+
+
+def test_fused_falls_back_to_the_reference_when_compiling_fails(fresh_fused, monkeypatch):
+    from lab.compress.terngrad import ternary_codes
+
+    def broken(fn, **kw):
+        def run(*a):
+            raise RuntimeError("no compiler here")
+        return run
+    monkeypatch.setattr(torch, "compile", broken)
+    x = torch.randn(100, generator=gen())
+    u = torch.rand(100, generator=gen(1))
+    f = fresh_fused(ternary_codes)
+    want = ternary_codes.reference(x, x.abs().max(), u)
+    f(x, x.abs().max(), u)
+    with pytest.warns(UserWarning, match="torch.compile failed"):
+        assert torch.equal(f(x, x.abs().max(), u), want)
+    assert f.state["failed"] and torch.equal(f(x, x.abs().max(), u), want)  # and stays eager
+
+
+def test_fused_stays_eager_on_the_cpu_by_default():
+    from lab.compress.qsgd import stochastic_levels
+    v = torch.randn(1024, 512, generator=gen())  # above FUSE_MIN_NUMEL
+    norm = v.norm(dim=1, keepdim=True)
+    u = torch.rand(v.shape, generator=gen(1))
+    for _ in range(3):
+        stochastic_levels(v, norm, u, 15, torch.uint8)
+    assert stochastic_levels.state["compiled"] is None and not stochastic_levels.state["ready"]
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")

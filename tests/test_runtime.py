@@ -199,6 +199,54 @@ def test_no_gpu_means_gloo_on_cpu_and_nccl_is_refused():
         launch(_rank_info, 2, 0, backend="nccl")
 
 
+@pytest.mark.parametrize("gpus, world, backend, device, want", [
+    (0, 4, "auto", "auto", ("gloo", "cpu")),
+    (1, 8, "auto", "auto", ("gloo", "cuda")),   # ranks share one GPU: compute there, gloo between
+    (8, 8, "auto", "auto", ("nccl", "cuda")),   # a GPU per rank: NCCL
+    (8, 4, "auto", "auto", ("nccl", "cuda")),
+    (8, 4, "auto", "cpu", ("gloo", "cpu")),     # the GPUs can be left alone
+    (8, 4, "gloo", "auto", ("gloo", "cuda")),
+])
+def test_backend_and_device_follow_the_gpus_visible(monkeypatch, gpus, world, backend, device, want):
+    from lab.runtime.context import pick_backend
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert pick_backend(world, backend, device) == want
+
+
+def test_ranks_spread_over_the_gpus_visible(monkeypatch):
+    from lab.runtime.context import rank_device
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    assert [rank_device(r, "cuda").index for r in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert [d.index for d in chosen] == [0, 1, 2, 0, 1, 2, 0]
+    assert rank_device(5, "cpu") == torch.device("cpu")
+
+
+def test_too_few_gpus_for_nccl_is_refused(monkeypatch):
+    from lab.runtime.context import pick_backend
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match="world_size=4, GPUs=2"):
+        pick_backend(4, "nccl", "auto")
+
+
+def test_profiles_and_the_device_override(monkeypatch):
+    from lab.nb import profile
+    monkeypatch.delenv("LAB_DEVICE", raising=False)
+    monkeypatch.setenv("LAB_PROFILE", "gpu")
+    assert profile().name == "gpu" and profile().device == "auto" and profile("ci").device == "cpu"
+    monkeypatch.setenv("LAB_DEVICE", "cpu")  # the gpu profile's sizes, computed on the CPU
+    assert profile().device == "cpu" and profile().workers == 8
+    monkeypatch.setenv("LAB_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="LAB_DEVICE"):
+        profile()
+    monkeypatch.setenv("LAB_PROFILE", "huge")
+    with pytest.raises(ValueError, match="LAB_PROFILE"):
+        profile()
+
+
 def _rss_kept_after_free(ctx=None, mb=64):
     """Resident MB still held after a ``mb`` MB tensor is touched and freed."""
     page = os.sysconf("SC_PAGE_SIZE")

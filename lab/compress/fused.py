@@ -18,10 +18,13 @@ import torch
 
 FUSE_MIN_NUMEL = 2 ** 18  # below this, launch overhead dominates and compiling is not worth it
 MAX_SHAPES = 8  # compiled versions per function (torch's own recompile limit is 8)
+# devices whose tensors are compiled: not the CPU, so CPU notebooks never stall on a compile
+# (the tests add "cpu" to check the compiled code where CI can run it)
+FUSE_DEVICES = {"cuda"}
 
 
 def fused(fn):
-    """Run ``fn`` compiled on CUDA tensors of at least ``FUSE_MIN_NUMEL`` elements, else as is.
+    """Run ``fn`` compiled on tensors of ``FUSE_DEVICES`` (CUDA) of at least ``FUSE_MIN_NUMEL`` elements, else as is.
 
     A version is compiled for a call signature (shapes, dtypes, int arguments) the second time
     it is seen, so sizes that change every call (data-dependent payloads) never pay a compile,
@@ -30,7 +33,7 @@ def fused(fn):
 
     @functools.wraps(fn)
     def call(x, *args):
-        if (x.device.type != "cuda" or x.numel() < FUSE_MIN_NUMEL or state["failed"]
+        if (x.device.type not in FUSE_DEVICES or x.numel() < FUSE_MIN_NUMEL or state["failed"]
                 or os.environ.get("LAB_FUSE", "1") == "0"):
             return fn(x, *args)
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
@@ -51,4 +54,5 @@ def fused(fn):
             return fn(x, *args)
 
     call.reference = fn
+    call.state = state  # which signatures are compiled, and whether compiling failed
     return call
