@@ -7,10 +7,11 @@ a profile's device: the gpu profile's sizes with compute on the CPU check its cl
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from .runtime.context import DEVICES
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,9 @@ def profile(name: str | None = None) -> Profile:
     device = os.environ.get("LAB_DEVICE")
     if device is None:
         return PROFILES[name]
-    if device not in ("auto", "cpu", "cuda"):
+    if device not in DEVICES:
         raise ValueError(f"LAB_DEVICE must be 'auto', 'cpu' or 'cuda', got {device!r}")
-    return dataclasses.replace(PROFILES[name], device=device)
+    return replace(PROFILES[name], device=device)
 
 
 def show_source(obj) -> None:

@@ -246,24 +246,29 @@ class _FakeDeviceGenerator:
         return self
 
 
-def test_device_generators_are_seeded_like_the_cpu_one(monkeypatch):
-    import lab.compress.base as B
+def fake_device_generators(codec, *devices):
+    """``codec.generator_for`` each device, with the stand-in generator for non-CPU ones."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch, "Generator", _FakeDeviceGenerator)
+        return [codec.generator_for(d) for d in devices]
+
+
+def test_device_generators_are_seeded_like_the_cpu_one():
     private = [C.make("qsgd", seed=5).bind(r, 2) for r in range(2)]
     shared = [C.make("randomk_shared", seed=5).bind(r, 2) for r in range(2)]
-    monkeypatch.setattr(B.torch, "Generator", _FakeDeviceGenerator)
     for codec in private + shared:
-        g = codec.generator_for("cuda:1")
+        g, again, other, cpu = fake_device_generators(codec, "cuda:1", torch.device("cuda:1"),
+                                                      "cuda:0", "cpu")
         assert g.device == torch.device("cuda:1") and g.seed == codec.generator.initial_seed()
-        assert codec.generator_for(torch.device("cuda:1")) is g  # one per device: its stream goes on
-        assert codec.generator_for("cuda:0") is not g
-        assert codec.generator_for("cpu") is codec.generator
-    assert private[0].generator_for("cuda:0").seed != private[1].generator_for("cuda:0").seed
-    assert shared[0].generator_for("cuda:0").seed == shared[1].generator_for("cuda:0").seed
-    old = private[0].generator_for("cuda:1")
-    monkeypatch.undo()  # bind() builds a real CPU generator
+        assert again is g  # one per device: its stream goes on
+        assert other is not g
+        assert cpu is codec.generator
+    seed = {c: fake_device_generators(c, "cuda:0")[0].seed for c in private + shared}
+    assert seed[private[0]] != seed[private[1]]
+    assert seed[shared[0]] == seed[shared[1]]
+    old, = fake_device_generators(private[0], "cuda:1")
     private[0].bind(1, 2)  # rebinding starts fresh streams, seeded for the new rank, everywhere
-    monkeypatch.setattr(B.torch, "Generator", _FakeDeviceGenerator)
-    new = private[0].generator_for("cuda:1")
+    new, = fake_device_generators(private[0], "cuda:1")
     assert new is not old and new.seed == private[1].generator.initial_seed()
 
 

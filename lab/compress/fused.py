@@ -24,7 +24,8 @@ FUSE_DEVICES = {"cuda"}
 
 
 def fused(fn):
-    """Run ``fn`` compiled on tensors of ``FUSE_DEVICES`` (CUDA) of at least ``FUSE_MIN_NUMEL`` elements, else as is.
+    """Run ``fn`` compiled on tensors of ``FUSE_DEVICES`` (CUDA) of at least ``FUSE_MIN_NUMEL``
+    elements, else as is.
 
     A version is compiled for a call signature (shapes, dtypes, int arguments) the second time
     it is seen, so sizes that change every call (data-dependent payloads) never pay a compile,

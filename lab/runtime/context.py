@@ -40,12 +40,15 @@ class RankContext:
             print(f"[rank {self.rank}] {text}", flush=True)
 
 
+DEVICES = ("auto", "cpu", "cuda")  # what a launch (and a notebook profile) may ask to compute on
+
+
 def pick_backend(world_size: int, backend: str = "auto", device: str = "auto") -> tuple[str, str]:
     """Choose (backend, device kind): NCCL when every rank has its own GPU, else gloo (with
     compute on a GPU if there is one and ``device`` allows it)."""
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
-    if device not in ("auto", "cpu", "cuda"):
+    if device not in DEVICES:
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if device == "cuda" and gpus == 0:
