@@ -56,6 +56,43 @@ def show_source(obj) -> None:
     display(Code(inspect.getsource(obj), language="python"))
 
 
+VERDICTS = ("holds", "holds in part", "does not hold here")
+CLAIM_MIME = "application/vnd.lab.claim+json"
+
+
+def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, check: bool,
+          why: str = "") -> None:
+    """Record one paper claim tested by this chapter, and assert the measured fact behind it.
+
+    ``key`` names the claim (unique in the book); ``paper`` cites it (authors, year, figure or
+    table); ``claimed`` is what the paper reports; ``measured`` what this run measured (a string
+    built from the run's numbers, never typed in); ``verdict`` one of :data:`VERDICTS`; ``check``
+    the measured fact that supports the verdict (an ``AssertionError`` naming the claim if it is
+    false); ``why`` the reason when the verdict is not "holds".
+
+    The record is displayed as part of the cell's output (markdown for the reader, JSON for
+    ``tools/claims_page.py``), so the scorecard page is built from the notebooks' stored outputs
+    and cannot disagree with them.
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    for name, value in (("key", key), ("paper", paper), ("claimed", claimed),
+                        ("measured", measured)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    if verdict != "holds" and not why.strip():
+        raise ValueError(f"why must say why claim {key!r} {verdict}")
+    if not bool(check):
+        raise AssertionError(f"claim {key!r}: the run does not support the verdict "
+                             f"{verdict!r} (measured: {measured})")
+    record = {"key": key, "paper": paper, "claimed": claimed, "measured": measured,
+              "verdict": verdict, "why": why}
+    from IPython.display import display
+    text = (f"**Claim** ({paper}): {claimed}  \n**Measured:** {measured}  \n"
+            f"**Verdict:** {verdict}" + (f" ({why})" if why else ""))
+    display({"text/markdown": text, CLAIM_MIME: record}, raw=True)
+
+
 def run(nb, directory, timeout: int = 300) -> None:
     """Execute the notebook ``nb`` (an nbformat node) top to bottom in a fresh kernel, with
     ``directory`` as its working folder; outputs land in ``nb``, also when a cell raises."""
