@@ -156,6 +156,7 @@ COMMANDS = {
     "pipeline": ("lab.pipeline.cli", "pipeline-parallel training: python -m lab pipeline --help"),
     "ensemble": ("lab.averaging.ensemble_cli", "train an ensemble on shards, distil it"),
     "hogwild": ("lab.sync.hogwild_cli", "lock-free shared-memory SGD in several processes"),
+    "advise": ("lab.advise.cli", "which method to use on a given cluster: python -m lab advise --help"),
 }
 
 

@@ -20,7 +20,7 @@ import lab
 ModuleAnalyzer = pytest.importorskip("sphinx.pycode").ModuleAnalyzer
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["lab", "lab.adaptive", "lab.aggregate", "lab.attack", "lab.averaging", "lab.bench",
+PACKAGES = ["lab", "lab.adaptive", "lab.advise", "lab.aggregate", "lab.attack", "lab.averaging", "lab.bench",
             "lab.comm", "lab.compress", "lab.hooks", "lab.pipeline", "lab.runtime",
             "lab.schedule", "lab.sync", "lab.train"]
 

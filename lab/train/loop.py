@@ -85,6 +85,7 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> H
             info.update(e.aggregator.info())
             recs = comm.ledger.since(mark)
             mark += len(recs)
+            info["traffic"] = traffic(recs)
             wire = sum(rec.seconds for rec in recs)
             h.loss.append(r.loss)
             h.bytes.append(sum(rec.bytes for rec in recs))
@@ -111,6 +112,18 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> H
     h.wall_s = time.perf_counter() - start
     h.rank_bytes = [comm.ledger.total_bytes()]
     return h
+
+
+def traffic(records) -> dict:
+    """``{op: [calls, bytes]}`` of ledger records: enough to price them with the alpha-beta model
+    on any link (each op's time is linear in its calls and its bytes), as the method
+    advisor does (:mod:`lab.advise`)."""
+    out: dict = {}
+    for rec in records:
+        calls_bytes = out.setdefault(rec.op, [0, 0])
+        calls_bytes[0] += 1
+        calls_bytes[1] += rec.bytes
+    return out
 
 
 def engine(ctx: RankContext, cfg: TrainConfig, comm: Collective) -> Engine:

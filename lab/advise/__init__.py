@@ -1,0 +1,56 @@
+"""The method advisor (Part 10): which communication-efficient method to use on a given cluster.
+
+``advise(model, workers, network)`` ranks the methods of :data:`~lab.advise.methods.METHODS` by
+predicted time to a target quality (:mod:`lab.advise.predict`): one step's compute and codec time
+measured on this machine, its ledger traffic priced on the link by the alpha-beta model, and the
+number of steps from the convergence penalties that Part 10's runs measured
+(``python -m lab bench grid``). ``python -m lab advise`` is the same from the shell.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..comm.network import Network
+from .methods import METHODS, Method, get
+from .predict import Prediction, convergence, predict
+from .profile import StepProfile, measure
+
+__all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "convergence", "measure",
+           "predict"]
+
+
+def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
+           target: float | None = None, params: int | None = None,
+           compute_ms: float | None = None, steps: int = 16, use_cache: bool = True
+           ) -> list[Prediction]:
+    """Methods ranked by predicted time to target, fastest first.
+
+    ``model`` is one of ``lab.models.names()``; or give ``params`` (a parameter count) and
+    ``compute_ms`` (forward + backward per step and rank) to describe your own: the ``model``'s
+    measured traffic and codec time are then scaled by ``params`` over its parameter count (both
+    are proportional to the gradient's size) and compute is yours. ``network`` is a
+    :class:`~lab.comm.network.Network`, a preset or ``"1Gbps,1ms"``; ``target`` a held-out
+    accuracy (default: the one the model's convergence curves were measured for). Profiles are measured on
+    ``workers`` local ranks for ``steps`` steps once and cached.
+    """
+    link = Network.parse(network)
+    if link is None:
+        raise ValueError("network must name a link (e.g. '1Gbps,1ms'), got None")
+    if not isinstance(workers, int) or workers < 2:
+        raise ValueError(f"workers must be an int >= 2, got {workers!r}")
+    if (params is None) != (compute_ms is None):
+        raise ValueError("params and compute_ms go together: give both or neither")
+    if params is not None and (params <= 0 or compute_ms <= 0):
+        raise ValueError(f"params and compute_ms must be > 0, got {params}, {compute_ms}")
+    chosen = [get(m) for m in (methods or METHODS)]
+    profiles = measure(chosen, model=model, world=workers, steps=steps, use_cache=use_cache)
+    if params is not None:
+        profiles = {k: _scaled(v, params, compute_ms / 1e3) for k, v in profiles.items()}
+    return predict(profiles, workers, link, model, target=target)
+
+
+def _scaled(prof: StepProfile, params: int, compute_s: float) -> StepProfile:
+    f = params / prof.params
+    traffic = {op: [calls, nbytes * f] for op, (calls, nbytes) in prof.traffic.items()}
+    return replace(prof, compute_s=compute_s, codec_s=prof.codec_s * f, traffic=traffic,
+                   params=params)

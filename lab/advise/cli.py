@@ -1,0 +1,59 @@
+"""``python -m lab advise``: methods ranked by predicted time to target on your cluster.
+
+    python -m lab advise --model mlp --workers 8 --network 1Gbps,1ms
+    python -m lab advise --params 25e6 --compute-ms 120 --workers 16 --network 10Gbps,0.1ms --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    from ..models import names as model_names
+    from . import METHODS, advise
+    ap = argparse.ArgumentParser(prog="python -m lab advise", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="mlp", choices=model_names(),
+                    help="the model whose traffic and codec time are measured (default mlp)")
+    ap.add_argument("--workers", type=int, default=4, help="ranks (>= 2)")
+    ap.add_argument("--network", default="1gbps",
+                    help="the link: a preset (1gbps, 10gbps, ...) or 'BANDWIDTH,LATENCY', "
+                         "e.g. 1Gbps,1ms")
+    ap.add_argument("--target", type=float, default=None,
+                    help="held-out accuracy to reach (default: the stored curves' target)")
+    ap.add_argument("--params", type=float, default=None,
+                    help="your model's parameter count (with --compute-ms): traffic and codec "
+                         "time are scaled from --model's")
+    ap.add_argument("--compute-ms", type=float, default=None,
+                    help="your forward + backward time per step and rank, in ms (with --params)")
+    ap.add_argument("--methods", nargs="+", default=None, choices=list(METHODS),
+                    help="rank only these (default: all)")
+    ap.add_argument("--no-cache", action="store_true", help="measure the profiles again")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = ap.parse_args(argv)
+    if a.workers < 2:
+        ap.error(f"--workers must be >= 2, got {a.workers}")
+    if (a.params is None) != (a.compute_ms is None):
+        ap.error("--params and --compute-ms go together")
+    try:
+        ranked = advise(a.model, a.workers, a.network, a.methods, target=a.target,
+                        params=None if a.params is None else int(a.params),
+                        compute_ms=a.compute_ms, use_cache=not a.no_cache)
+    except ValueError as err:
+        ap.error(str(err))
+    if a.json:
+        print(json.dumps([r.as_dict() for r in ranked], indent=1))
+        return 0
+    print(f"{'rank':>4}  {'method':10s} {'family':15s} {'to target':>10s} {'ms/step':>8s} "
+          f"{'steps':>6s}  why")
+    for i, r in enumerate(ranked, 1):
+        t = "never" if r.time_s == float("inf") else f"{r.time_s:.2f} s"
+        print(f"{i:>4}  {r.method:10s} {r.family:15s} {t:>10s} {1e3 * r.step_s:8.2f} "
+              f"{r.steps:6.0f}  {r.reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Predicted time to a target quality: steps the method needs times what one step costs.
+
+For a method, a link and a world size ``p``:
+
+- **one step** = compute + codec (both measured on this machine, :mod:`lab.advise.profile`)
+  + communication, the ledger's per-step traffic priced by the alpha-beta model of the link
+  (:meth:`lab.comm.network.Network.time`, the same model the emulated link sleeps by);
+  for P3 (``schedule="p3"``) the communication overlaps the backward pass (two thirds of
+  compute) and only what sticks out of it is counted (Part 7's overlap model, simplified);
+- **steps** = the method's convergence penalty (steps to the target relative to fp32
+  allreduce, read off the accuracy curves that ``python -m lab bench grid`` measured and stored
+  in ``convergence.json``, at the measured world size nearest ``p``) times fp32's steps.
+
+The reasons come with the number: a reader sees whether a method wins on bytes, loses on codec
+time or on extra steps.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..comm.network import Network
+from .methods import METHODS
+from .profile import StepProfile
+
+CONVERGENCE = Path(__file__).with_name("convergence.json")
+BACKWARD_SHARE = 2 / 3   # of forward + backward: the part gradients can overlap with
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One method's predicted cost on one cluster, with its parts."""
+
+    method: str
+    family: str
+    compute_s: float
+    codec_s: float
+    comm_s: float          # exposed communication per step (priced on the link)
+    step_s: float
+    penalty: float         # steps to target relative to fp32 (1.0 = as many; inf = never)
+    steps: float           # predicted steps to the target
+    time_s: float          # predicted seconds to the target
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def comm_seconds(profile: StepProfile, p: int, link: Network) -> float:
+    """Alpha-beta seconds of one step's traffic on ``link`` with ``p`` ranks."""
+    total = 0.0
+    for op, (calls, nbytes) in profile.traffic.items():
+        per_call = link.time(op, 0.0, p)
+        total += calls * per_call + (link.time(op, nbytes, p) - per_call)
+    return total
+
+
+def step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
+    """(step seconds, exposed communication seconds) of one step."""
+    comm = comm_seconds(profile, p, link) if link is not None and p > 1 else 0.0
+    overlap = METHODS[profile.method].overrides.get("schedule") == "p3"
+    exposed = max(0.0, comm - BACKWARD_SHARE * profile.compute_s) if overlap else comm
+    return profile.compute_s + profile.codec_s + exposed, exposed
+
+
+def convergence(model: str, path: Path = CONVERGENCE) -> dict:
+    """``{"target": acc, "curves": {method: {world: [[step, acc], ...]}}, ...}`` measured for
+    ``model`` by ``python -m lab bench grid`` (empty if it was not measured)."""
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get(model, {})
+
+
+def steps_to(curve, target: float) -> int | None:
+    """First evaluated step at which accuracy reached ``target`` (None: never)."""
+    return next((s for s, acc in curve if acc >= target), None)
+
+
+def penalty(conv: dict, method: str, p: int, target: float | None = None
+            ) -> tuple[float, float | None, str]:
+    """(steps to ``target`` relative to fp32, fp32's steps, where that comes from), from the
+    curves measured at the world size nearest ``p`` (on a log scale)."""
+    curves = conv.get("curves", {})
+    target = conv.get("target") if target is None else target
+    if method not in curves or "fp32" not in curves or target is None:
+        return 1.0, None, "convergence not measured: assumed equal to fp32"
+    worlds = sorted(int(w) for w in curves[method] if w in curves["fp32"])
+    if not worlds:
+        return 1.0, None, "convergence not measured: assumed equal to fp32"
+    w = min(worlds, key=lambda x: (abs(math.log(x / p)), x))
+    mine, ref = steps_to(curves[method][str(w)], target), steps_to(curves["fp32"][str(w)], target)
+    if ref is None:
+        return 1.0, None, f"fp32 did not reach {target} at {w} ranks"
+    if mine is None:
+        return math.inf, ref, f"did not reach {target} in the measured run ({w} ranks)"
+    return mine / ref, ref, f"{mine / ref:.2f}x fp32's steps to {target} (measured at {w} ranks)"
+
+
+def predict(profiles: dict[str, StepProfile], p: int, link: Network, model: str,
+            conv: dict | None = None, target: float | None = None) -> list[Prediction]:
+    """Every profiled method's prediction on ``link`` with ``p`` ranks, fastest first."""
+    conv = convergence(model) if conv is None else conv
+    out = []
+    for name, prof in profiles.items():
+        step, exposed = step_seconds(prof, p, link)
+        pen, ref, why = penalty(conv, name, p, target)
+        steps = pen * (ref if ref is not None else 1.0)
+        parts = {"compute": prof.compute_s, "codec": prof.codec_s, "communication": exposed}
+        top = max(parts, key=parts.get)
+        reason = (f"{1e3 * step:.1f} ms/step ({top} {1e3 * parts[top]:.1f} ms), "
+                  f"{prof.bytes / 1e3:.1f} kB/step; {why}")
+        out.append(Prediction(name, METHODS[name].family, prof.compute_s, prof.codec_s, exposed,
+                              step, pen, steps, steps * step, reason))
+    return sorted(out, key=lambda r: r.time_s)

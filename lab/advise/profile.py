@@ -1,0 +1,106 @@
+"""What one step of a method costs on this machine, measured once and priced anywhere.
+
+A short real run (``world`` ranks, no emulated link) records, per step, the forward+backward
+time, the codec time, and the ledger's traffic by collective (``{op: [calls, bytes]}``, from
+:func:`lab.train.loop.traffic`). The alpha-beta time of each op is linear in its calls and its
+bytes (:mod:`lab.comm.cost`), so that record prices the step's communication exactly on any
+link. A profile is taken at the world size it will be priced at: compute per rank shrinks with
+the per-rank batch, an allgather's decoding grows with the ranks, and on a CPU the ranks share
+its cores, as the measured runs the advisor is checked against do.
+Profiles are cached per machine, model and method in ``~/.cache/lab/advise`` (override with
+``$LAB_ADVISE_CACHE``), since ``lab advise`` is meant to answer in seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .methods import Method
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Mean per-step costs of one method on one model, measured on ``world`` ranks."""
+
+    method: str
+    model: str
+    world: int
+    compute_s: float           # forward + backward (measured)
+    codec_s: float             # compress + decompress (measured)
+    traffic: dict              # op -> [calls, bytes] per step, rank 0's ledger
+    params: int                # parameters of the model
+
+    @property
+    def bytes(self) -> float:
+        """Bytes rank 0 hands to the network per step."""
+        return float(sum(b for _, b in self.traffic.values()))
+
+
+def summarise(history, method: str, model: str, params: int) -> StepProfile:
+    """A StepProfile from a run's History: means over the second half of its steps (after
+    warm-ups such as DGC's, and over whole periods of local SGD when steps are a multiple of
+    twice the period)."""
+    n = history.steps
+    if n < 2:
+        raise ValueError(f"history must have at least 2 steps to profile, got {n}")
+    tail = slice(n // 2, n)
+    steps = history.series.get("traffic", [])[tail]
+    if not steps:
+        raise ValueError("history has no 'traffic' series: it was not recorded by lab.train")
+    traffic: dict = {}
+    for per_op in steps:
+        for op, (calls, nbytes) in per_op.items():
+            acc = traffic.setdefault(op, [0.0, 0.0])
+            acc[0] += calls / len(steps)
+            acc[1] += nbytes / len(steps)
+    return StepProfile(method, model, history.world_size,
+                       float(np.mean(history.compute_s[tail])), float(np.mean(history.codec_s[tail])),
+                       traffic, params)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LAB_ADVISE_CACHE", Path.home() / ".cache" / "lab" / "advise"))
+
+
+def _key(model: str, world: int, steps: int) -> Path:
+    machine = f"{platform.node()}-{os.cpu_count()}cpu"
+    return cache_dir() / f"{machine}-{model}-w{world}-s{steps}.json"
+
+
+def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: int = 16,
+            base=None, use_cache: bool = True) -> dict[str, StepProfile]:
+    """Profiles of ``methods`` on ``model``: cached ones are read, the rest measured in one
+    launch of ``world`` ranks for ``steps`` steps each."""
+    from ..train import train_many
+    from .methods import base_config
+    if world < 1 or steps < 2:
+        raise ValueError(f"world must be >= 1 and steps >= 2, got world={world}, steps={steps}")
+    path = _key(model, world, steps)
+    cached = json.loads(path.read_text()) if use_cache and path.exists() else {}
+    out = {m.name: StepProfile(**cached[m.name]) for m in methods if m.name in cached}
+    todo = [m for m in methods if m.name not in out]
+    if todo:
+        base = (base or base_config(model)).with_(steps=steps, eval_every=0)
+        hists = train_many([m.config(base) for m in todo], world, progress=False)
+        for m, h in zip(todo, hists):
+            out[m.name] = summarise(h, m.name, model, _params(base))
+        if use_cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cached.update({k: asdict(v) for k, v in out.items()})
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cached, indent=1))
+            tmp.replace(path)
+    return {m.name: out[m.name] for m in methods}
+
+
+def _params(cfg) -> int:
+    from ..data import load
+    from ..models import make
+    data = load(cfg.data, seed=cfg.seed, **cfg.data_kw)
+    model = make(cfg.model, data, seed=cfg.seed, **cfg.model_kw)
+    return sum(p.numel() for p in model.parameters())

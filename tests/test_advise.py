@@ -1,0 +1,65 @@
+"""The method advisor prices a measured step exactly as the emulated link does.
+
+The property that makes its predictions honest: the ledger's per-step traffic of a run without
+a link, priced by :func:`lab.advise.predict.comm_seconds`, equals the modeled communication time
+the same run records on an emulated link (both use the link's alpha-beta model; the traffic is
+the same payloads). Penalties come from measured curves; bad input is named.
+"""
+import math
+
+import pytest
+
+from lab.advise import METHODS, advise
+from lab.advise.predict import comm_seconds, penalty, predict, steps_to
+from lab.advise.profile import StepProfile, summarise
+from lab.comm.network import Network
+from lab.train import TrainConfig, train_many
+
+
+@pytest.mark.parametrize("names", [("fp32", "topk+ef", "powersgd", "local-sgd")])
+def test_priced_traffic_equals_the_emulated_links_modeled_time(names):
+    link = Network.parse("200Mbps,2ms")
+    base = TrainConfig(model="mlp", data="digits", steps=16, batch_size=32, eval_every=0)
+    cfgs = [METHODS[n].config(base) for n in names]
+    plain = train_many(cfgs, 2, progress=False)
+    linked = train_many([c.with_(network=link) for c in cfgs], 2, progress=False)
+    for n, h, hl in zip(names, plain, linked):
+        prof = summarise(h, n, "mlp", 1)
+        modeled = sum(hl.modeled_comm_s[8:]) / 8
+        assert prof.bytes > 0
+        assert math.isclose(comm_seconds(prof, 2, link), modeled, rel_tol=1e-9), n
+
+
+def test_steps_and_penalty_come_from_the_curves():
+    curve = [[5, 0.5], [10, 0.85], [15, 0.92]]
+    assert steps_to(curve, 0.9) == 15 and steps_to(curve, 0.95) is None
+    conv = {"target": 0.9, "curves": {
+        "fp32": {"2": [[5, 0.91]], "8": [[10, 0.95]]},
+        "topk+ef": {"2": [[5, 0.5], [20, 0.93]], "8": [[40, 0.9]]},
+        "dgc": {"2": [[5, 0.3]]}}}
+    assert penalty(conv, "topk+ef", 2)[:2] == (4.0, 5)
+    assert penalty(conv, "topk+ef", 16)[:2] == (4.0, 10)      # nearest measured world: 8
+    assert penalty(conv, "dgc", 2)[0] == math.inf
+    assert penalty(conv, "fp16", 2)[0] == 1.0 and "not measured" in penalty(conv, "fp16", 2)[2]
+    assert penalty(conv, "topk+ef", 2, target=0.5)[:2] == (1.0, 5)
+
+
+def test_ranking_orders_by_time_and_scales_a_users_model():
+    link = Network.parse("100Mbps,1ms")
+    mk = lambda name, b: StepProfile(name, "mlp", 4, 0.01, 0.001, {"allreduce": [1, b]}, 1000)  # noqa: E731
+    profs = {"fp32": mk("fp32", 4000), "fp16": mk("fp16", 2000)}
+    ranked = predict(profs, 4, link, "mlp", conv={})
+    assert [r.method for r in ranked] == ["fp16", "fp32"]
+    assert ranked[0].comm_s < ranked[1].comm_s and "compute 10.0 ms" in ranked[1].reason
+    from lab.advise import _scaled
+    big = _scaled(profs["fp32"], 10_000, 0.5)
+    assert big.traffic["allreduce"] == [1, 40_000] and big.compute_s == 0.5
+    assert math.isclose(big.codec_s, 0.01)
+
+
+@pytest.mark.parametrize("kw, msg", [({"workers": 1}, "workers"), ({"network": None}, "network"),
+                                     ({"params": 10}, "compute_ms"),
+                                     ({"methods": ["zip"]}, "method")])
+def test_bad_input_is_named(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        advise(**{"model": "mlp", "workers": 2, "network": "1gbps", **kw})
