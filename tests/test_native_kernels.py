@@ -231,3 +231,13 @@ def test_levels_equal_a_from_scratch_torch_version_bit_for_bit(s, bucket):
     threshold = ((r - low.float()) * 2.0 ** 31).to(torch.int64)
     assert torch.equal(levels, (low + (u < threshold).int()).to(torch.uint8))
     assert torch.equal(negative, x < 0)
+
+
+def test_int32_range_is_min_and_max():
+    """The wire-format check's one-pass range of an index part (kernels.c)."""
+    if native.library() is None:
+        pytest.skip("no C compiler")
+    for n in (1, 7, 33, 1000, 10_487):
+        x = torch.randint(-2 ** 31, 2 ** 31 - 1, (n,), dtype=torch.int32,
+                          generator=torch.Generator().manual_seed(n))
+        assert native.int32_range(x) == (int(x.min()), int(x.max()))

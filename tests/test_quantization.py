@@ -307,10 +307,15 @@ def test_elias_roundtrip_random():
                      torch.randint(0, 2, (500,), generator=gen),
                      torch.randint(1, 70, (500,), generator=gen)], dim=1)
     raw = torch.tensor([False, True, False]).expand_as(t)
-    stream = elias_gamma_encode(t, raw)
+    # the stream starts with the count + 1, then the triples
+    stream = elias_gamma_encode(torch.cat([torch.tensor([501]), t.reshape(-1)]),
+                                torch.cat([torch.tensor([False]), raw.reshape(-1)]))
     bits = sum(2 * int(k).bit_length() - 1 for k in t[:, [0, 2]].reshape(-1)) + 500
+    bits += 2 * (501).bit_length() - 1
     assert stream.numel() == math.ceil(bits / 8)
     assert elias_gamma_decode_qsgd(stream) == [(a, bool(b), c) for a, b, c in t.tolist()]
+    with pytest.raises(ValueError, match="past the stream's end|after the last code"):
+        elias_gamma_decode_qsgd(stream[:-1])  # cut short: named, never decoded silently
 
 
 @pytest.mark.parametrize("s", [1, 2, 7])
@@ -324,6 +329,7 @@ def test_qsgd_elias_decodes_exactly_and_is_smaller(s):
     gaps = torch.diff(nz, prepend=torch.tensor([-1]))
     levels = (y_plain[nz].abs() / torch.repeat_interleave(p_plain[0], 512)[nz] * s).round()
     bits = sum(2 * int(k).bit_length() - 1 for k in torch.cat([gaps, levels.long()])) + nz.numel()
+    bits += 2 * (nz.numel() + 1).bit_length() - 1  # the count of nonzeros, + 1, comes first
     assert p_elias[1].numel() == math.ceil(bits / 8)
     if s <= 2:  # the sparse regime, where coding pays
         assert nbytes(p_elias) < nbytes(p_plain)

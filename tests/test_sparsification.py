@@ -322,3 +322,15 @@ def test_multiprocess_topk_allgather_and_shared_randomk_allreduce():
             torch.testing.assert_close(r["total"], summed)
             assert r["reduce_bytes"] == 4 * k  # values only, no indices
     assert per_world[3] > per_world[2]
+
+
+def test_randomk_is_shared_seed_by_default_and_private_on_request():
+    """Issue 31: Random-k sends values only and travels by allreduce unless asked otherwise."""
+    shared, private = C.make("randomk", density=0.1), C.make("randomk_private", density=0.1)
+    assert shared.allreduce_compatible and not private.allreduce_compatible
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(4))
+    (values,), _ = shared.compress(x)
+    assert values.numel() == 100
+    pv, pi = private.compress(x)[0]
+    assert pv.numel() == pi.numel() == 100 and pi.dtype == torch.int32
+    assert C.make("randomk_shared").allreduce_compatible  # the old name still works

@@ -1,15 +1,24 @@
 """Codec throughput: GB/s of gradient through compress + decompress, vs a plain memory copy.
 
 ``python -m lab bench codecs [--device cpu|cuda] [--sizes N ...] [--codecs NAME ...] [--quick]
-[--json]``. Each row: the best of ``repeats`` round trips (compress, then decompress) of an fp32
-tensor of ``elements`` values on ``device``; ``GB/s`` is input bytes per second; ``x memcpy time`` is
-that time over the time of ``tensor.clone()`` on the same device (1.0 = as fast as a copy).
+[--json] [--checks] [--grace [DIR]]``. Each row: the best of ``repeats`` round trips (compress,
+then decompress) of an fp32 tensor of ``elements`` values on ``device``, and the best compress
+and decompress times alone; ``GB/s`` is input bytes per second; ``x memcpy time`` is the round
+trip's time over the time of ``tensor.clone()`` on the same device (1.0 = as fast as a copy).
 On the CPU the default is one thread (the issue's measure); on a GPU every call is
 synchronised before the clock stops. ``ratio`` is the compression ratio (dense bytes / wire
 bytes), from the payload itself. :func:`run` tunes glibc's allocator as the training ranks do
 (:mod:`lab.runtime.allocator`; ``LAB_KEEP_FREED_MEMORY=0`` measures with its defaults).
 On the CPU, the cast, sign, 1-bit, QSGD and TernGrad codecs run their C kernels
 (:mod:`lab.compress.native`); ``LAB_NATIVE=0`` measures the torch reference instead.
+
+``--checks``: the cost of checking a payload against its declared wire format
+(:mod:`lab.compress.wire`) beside the decode it guards (best of many calls each), as a percentage.
+``--grace``: fp16 and Random-k against GRACE (Xu et al., ICDCS 2021; ``sands-lab/grace``,
+``grace_dl/torch/compressor/fp16.py`` and ``randomk.py``) in the same harness: imported from a
+checkout of that repository given as DIR, else its operations re-implemented here (a cast and a
+cast back; a seed from the tensor's name and step, ``randperm(n)[:k]``, a gather and a scatter
+into zeros).
 """
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ from ..runtime.allocator import keep_freed_memory
 from .table import print_rows
 
 DEFAULT = ("none", "fp16", "bf16", "sign", "scaled_sign", "efsgd", "onebit", "qsgd",
-           "terngrad", "zipml", "randomk", "randomk_shared", "topk", "topk_sampled", "wangni",
+           "terngrad", "zipml", "randomk", "randomk_private", "topk", "topk_sampled", "wangni",
            "dgc", "adacomp", "threshold", "gradient_dropping", "qsgd_elias")
 
 
@@ -42,7 +51,9 @@ def _best(fn, repeats: int, sync) -> float:
 
 
 def run(names=None, sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 3, threads: int = 1,
-        device: str = "cpu") -> list[dict]:
+        device: str = "cpu", split: bool = False) -> list[dict]:
+    """Throughput rows (module docstring) for codecs ``names`` at each size; ``split`` also
+    times compress and decompress alone (``compress ms``, ``decode ms``)."""
     dev = torch.device(device)
     keep_freed_memory()  # measured as the training ranks run them
     before = torch.get_num_threads()
@@ -54,12 +65,12 @@ def run(names=None, sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 3, threads
         for n in names:
             if n not in known:
                 raise ValueError(f"codecs: unknown codec {n!r}; known: {', '.join(known)}")
-        return _run(names, sizes, repeats, dev)
+        return _run(names, sizes, repeats, dev, split)
     finally:
         torch.set_num_threads(before)
 
 
-def _run(names, sizes, repeats, dev) -> list[dict]:
+def _run(names, sizes, repeats, dev, split) -> list[dict]:
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     rows = []
     for n in sizes:
@@ -72,11 +83,129 @@ def _run(names, sizes, repeats, dev) -> list[dict]:
                 payload, ctx = c.compress(g, key="bench")
                 c.decompress(payload, ctx)
             t = _best(roundtrip, repeats, sync)
-            payload, _ = c.compress(g, key="bench")
-            rows.append({"codec": name, "device": dev.type, "elements": n,
-                         "GB/s": n * 4 / t / 1e9, "ms": 1e3 * t, "x memcpy time": t / copy,
+            payload, ctx = c.compress(g, key="bench")
+            row = {"codec": name, "device": dev.type, "elements": n, "ms": 1e3 * t}
+            if split:
+                row["compress ms"] = 1e3 * _best(lambda: c.compress(g, key="bench"), repeats, sync)
+                row["decode ms"] = 1e3 * _best(lambda: c.decompress(payload, ctx), repeats, sync)
+            rows.append({**row, "GB/s": n * 4 / t / 1e9, "x memcpy time": t / copy,
                          "ratio": n * 4 / max(1, compress.wire_bytes(payload))})
     return rows
+
+
+def _cpu_best(fn, repeats: int, number: int) -> float:
+    """Best over ``repeats`` of the CPU time of this thread per call, over ``number`` calls:
+    time a descheduled thread does not run is not counted (a loaded machine's noise)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.thread_time() - t0) / number)
+    return best
+
+
+def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int = 1) -> list[dict]:
+    """Per codec and size: the decode time (``decompress``, checks included), the time of the
+    check alone (``check_payload``) and the check's share of the decode, on the CPU. Both are
+    this thread's CPU time, best of ``repeats`` batches (enough calls for 20 ms a batch)."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    keep_freed_memory()
+    try:
+        rows = []
+        for n in sizes:
+            g = torch.randn(n, generator=torch.Generator().manual_seed(0))
+            for name in names or [m for m in DEFAULT if m in compress.names()]:
+                c = compress.make(name)
+                payload, ctx = c.compress(g, key="bench")
+                once = _best(lambda: c.decompress(payload, ctx), 1, lambda: None)
+                number = max(1, min(1000, int(0.02 / max(once, 1e-6))))
+                dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
+                chk = _cpu_best(lambda: c.check_payload(payload, ctx), repeats, 200)
+                rows.append({"codec": name, "elements": n, "decode ms": 1e3 * dec,
+                             "check us": 1e6 * chk, "check % of decode": 100 * chk / dec})
+        return rows
+    finally:
+        torch.set_num_threads(before)
+
+
+class _GraceFP16:
+    """GRACE's ``FP16Compressor``, re-implemented: a cast, and a cast back."""
+
+    def compress(self, tensor, name):
+        return [tensor.type(torch.float16)], tensor.dtype
+
+    def decompress(self, tensors, dtype):
+        return tensors[0].type(dtype)
+
+
+class _GraceRandomK:
+    """GRACE's ``RandomKCompressor``, re-implemented: the global RNG seeded from the tensor's
+    name and the step, ``randperm(n)[:k]`` (k = max(1, int(n * ratio))), the values sent,
+    the indices kept in the ctx, and a scatter into zeros."""
+
+    def __init__(self, compress_ratio):
+        self.global_step, self.compress_ratio = 0, compress_ratio
+
+    def compress(self, tensor, name):
+        torch.manual_seed(sum(name.encode(), self.global_step))
+        self.global_step += 1
+        flat = tensor.flatten()
+        k = max(1, int(flat.numel() * self.compress_ratio))
+        idx = torch.randperm(flat.numel(), device=flat.device)[:k]
+        return [flat[idx]], (idx, flat.numel(), tensor.size())
+
+    def decompress(self, tensors, ctx):
+        idx, numel, shape = ctx
+        out = torch.zeros(numel, dtype=tensors[0].dtype, device=tensors[0].device)
+        return out.scatter_(0, idx, tensors[0]).view(shape)
+
+
+def grace_codecs(path: str | None = None) -> tuple[dict, str]:
+    """GRACE's fp16 and Random-k (1%) as ``{our codec name: compressor}``, imported from a
+    checkout at ``path`` or re-implemented; and which of the two it is."""
+    if not path:
+        return {"fp16": _GraceFP16(), "randomk": _GraceRandomK(0.01)}, "re-implemented"
+    sys.path.insert(0, path)
+    try:
+        from grace_dl.torch.compressor.fp16 import FP16Compressor
+        from grace_dl.torch.compressor.randomk import RandomKCompressor
+    except ImportError as err:
+        raise SystemExit(f"codecs: --grace {path}: cannot import grace_dl from there ({err})")
+    finally:
+        sys.path.remove(path)
+    return {"fp16": FP16Compressor(), "randomk": RandomKCompressor(0.01)}, f"imported from {path}"
+
+
+def against_grace(sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 7, path: str | None = None,
+                  threads: int = 1) -> list[dict]:
+    """Round-trip time of our fp16 and Random-k (1%, shared seed) against GRACE's, per size,
+    in one harness on the CPU (one thread by default), with the copy time beside them."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    keep_freed_memory()
+    theirs, how = grace_codecs(path)
+    try:
+        rows = []
+        for n in sizes:
+            g = torch.randn(n, generator=torch.Generator().manual_seed(0))
+            copy = _best(lambda: g.clone(), repeats, lambda: None)
+            for name, other in theirs.items():
+                ours = compress.make(name, **({"density": 0.01} if name == "randomk" else {}))
+                t_ours = _best(lambda: ours.decompress(*ours.compress(g, key="bench")),
+                               repeats, lambda: None)
+                t_grace = _best(lambda: other.decompress(*other.compress(g, "bench")),
+                                repeats, lambda: None)
+                rows.append({"codec": name, "elements": n, "lab ms": 1e3 * t_ours,
+                             f"grace ({how}) ms": 1e3 * t_grace, "lab / grace": t_ours / t_grace,
+                             "lab x copy": t_ours / copy, "grace x copy": t_grace / copy})
+        return rows
+    finally:
+        torch.set_num_threads(before)
 
 
 def main(argv=None) -> list[dict]:
@@ -89,15 +218,27 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (default 1; 0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="one size, fewer repeats")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--checks", action="store_true",
+                    help="also time the wire-format check against the decode (CPU)")
+    ap.add_argument("--grace", nargs="?", const="", default=None, metavar="DIR",
+                    help="also time fp16 and Random-k against GRACE's (a checkout of "
+                         "sands-lab/grace at DIR, else its operations re-implemented; CPU)")
     a = ap.parse_args([] if argv is None else argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("codecs: --device cuda asked for, but no CUDA device is visible")
     sizes = a.sizes or ([2 ** 24] if a.device.startswith("cuda") else
                         [2 ** 20] if a.quick else [2 ** 20, 2 ** 22])
     repeats = a.repeats or (3 if a.quick else 5)
-    rows = run(a.codecs, sizes, repeats, a.threads, a.device)
+    rows = run(a.codecs, sizes, repeats, a.threads, a.device, split=True)
+    extra = {}
+    if a.checks:
+        extra["wire-format check vs decode (cpu, 1 thread)"] = check_overhead(
+            a.codecs, a.sizes or [2 ** 20], repeats, a.threads)
+    if a.grace is not None:
+        extra["fp16 and Random-k (1%) against GRACE (cpu, round trip)"] = against_grace(
+            a.sizes or [2 ** 16, 2 ** 20, 2 ** 22], repeats, a.grace or None, a.threads)
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"throughput": rows, **extra} if extra else rows, indent=1))
     else:
         kernels = ""
         if a.device == "cpu":  # which CPU path ran: the C kernels or the torch reference
@@ -106,6 +247,8 @@ def main(argv=None) -> list[dict]:
         print_rows(rows, f"codec throughput on {a.device} (compress + decompress"
                          f"{', 1 thread' if a.device == 'cpu' and a.threads == 1 else ''}"
                          f"{kernels})")
+        for title, more in extra.items():
+            print_rows(more, title)
     return rows
 
 

@@ -8,9 +8,10 @@ import pkgutil
 
 from .base import REGISTRY, Compressor, Payload, check_finite, make, names, register, wire_bytes
 from .error_feedback import ErrorFeedback
+from .wire import Part, PayloadError, WireFormat, table as wire_table
 
 for _m in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["REGISTRY", "Compressor", "ErrorFeedback", "Payload", "check_finite", "make", "names",
-           "register", "wire_bytes"]
+__all__ = ["REGISTRY", "Compressor", "ErrorFeedback", "Part", "Payload", "PayloadError",
+           "WireFormat", "check_finite", "make", "names", "register", "wire_bytes", "wire_table"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, Part, WireFormat, register
 from .packing import index_dtype, pack_bits, unpack_bits
 
 
@@ -37,6 +37,11 @@ class AdaComp(Compressor):
 
     name = "adacomp"
     stateful = True
+    wire = WireFormat(Part("indices", "index", "c", "0..n - 1"),
+                      Part("signs", torch.uint8, "ceil(c / 8)"),
+                      Part("scales", torch.float32,
+                           "1 if scale == 'layer' else ceil(n / bin_size)", "finite >= 0"),
+                      counts={"c": "0..n"})
 
     def __init__(self, bin_size: int = 500, scale: str = "layer", seed: int = 0):
         if isinstance(bin_size, bool) or not isinstance(bin_size, int) or bin_size < 1:

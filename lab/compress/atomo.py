@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, Part, WireFormat, register
 from .packing import index_dtype
 
 
@@ -61,8 +61,18 @@ def matrix_shape(shape: torch.Size) -> tuple[int, int]:
     return rows, -(-n // rows)
 
 
+SVD_WIRE = WireFormat(Part("us", torch.float32, "rows * kept"),
+                      Part("v", torch.float32, "cols * kept"), counts={"kept": "0..min(rows, cols)"},
+                      where={"rows, cols": "the matrix the SVD runs on (first dimension, the rest; "
+                                           "near-square for a vector)"})
+COORDINATE_WIRE = WireFormat(Part("values", torch.float32, "c"),
+                             Part("indices", "index", "c", "0..n - 1"), counts={"c": "0..n"})
+
+
 @register("atomo")
 class Atomo(Compressor):
+    """ATOMO over singular triples (``atoms="svd"``) or coordinates, under an expected
+    ``budget`` of atoms (or a ``density`` of them)."""
     name = "atomo"
 
     def __init__(self, atoms: str = "svd", budget: float | None = 2, density: float | None = None,
@@ -82,6 +92,14 @@ class Atomo(Compressor):
         # the SVD needs the tensor's shape, which the base class flattens away
         self._shape = tensor.shape
         return super().compress(tensor, key)
+
+    @property
+    def wire(self):
+        return SVD_WIRE if self.atoms == "svd" else COORDINATE_WIRE
+
+    def wire_vars(self, numel, ctx, payload):
+        rows, cols = ctx if self.atoms == "svd" and ctx is not None else (0, 0)
+        return {"rows": rows, "cols": cols}
 
     def _budget(self, count: int) -> float:
         return self.density * count if self.density is not None else self.budget

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, check_int, register
+from .base import Compressor, Part, WireFormat, check_int, register
 
 
 def random_hash(numel: int, rows: int, buckets: int, seed: int) -> torch.Tensor:
@@ -63,7 +63,10 @@ def sketch_for(cache: dict, numel: int, rows: int, width: int, seed: int, device
 
 @register("countsketch")
 class CountSketchCodec(Compressor):
+    """A ``rows`` x ``width`` count sketch of the tensor; decodes to the mean of the rows'
+    estimates (linear, so allreduce-compatible)."""
     name = "countsketch"
+    wire = WireFormat(Part("table", torch.float32, "rows * width"))
     allreduce_compatible = True
     shared_randomness = True
     fixed_size = True

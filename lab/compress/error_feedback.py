@@ -71,6 +71,14 @@ class ErrorFeedback(Compressor):
             self.residuals[key] = self.inner.subtract_decompressed_(payload, ctx, p)
         return payload, ctx
 
+    @property
+    def wire(self):
+        """The inner codec's wire format (error feedback adds nothing to the payload)."""
+        return self.inner.wire
+
+    def check_payload(self, payload, ctx) -> tuple:
+        return self.inner.check_payload(payload, ctx)
+
     def decompress(self, payload, ctx) -> torch.Tensor:
         return self.inner.decompress(payload, ctx)
 

@@ -300,3 +300,17 @@ int32_t lab_cast(const float *restrict x, int64_t n, int32_t mode, void *restric
     }
     return bad != 0;
 }
+
+/* The smallest and the largest of n int32 values (a payload's index part, checked before a
+ * scatter), in one pass: out[0] = min, out[1] = max; nothing written when n == 0. */
+void lab_int32_range(const int32_t *restrict x, int64_t n, int64_t *out) {
+    if (n <= 0)
+        return;
+    int32_t lo = x[0], hi = x[0];
+    for (int64_t i = 0; i < n; i++) {  /* min/max reductions: the compiler vectorizes them */
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    out[0] = lo;
+    out[1] = hi;
+}

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import native
-from .base import Compressor, all_finite, check_finite, check_int, register
+from .base import Compressor, Part, WireFormat, all_finite, check_finite, check_int, register
 from .error_feedback import ErrorFeedback
 from .packing import expand_bits, pack_bits, unpack_bits
 from .qsgd import as_buckets
@@ -69,6 +69,10 @@ class OneBit(Compressor):
     checks_finite = True  # through its two side sums
 
     name = "onebit"
+    wire = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"),
+                      Part("means", torch.float32, "2 * buckets", "finite"),
+                      where={"buckets": "ceil(n / bucket_size) (1 if bucket_size is None; "
+                                        "per_column: the columns)"})
 
     def __init__(self, bucket_size: int | None = None, per_column: bool = False, seed: int = 0):
         self.bucket_size = check_int("bucket_size", bucket_size, 1, allow_none=True)
@@ -89,9 +93,12 @@ class OneBit(Compressor):
     def decompress(self, payload, ctx):
         shape, dtype, inner = ctx
         if isinstance(inner, _Columns):
-            out = self.decode(tuple(payload), inner, shape.numel(), dtype)
+            out = self.decode(self.check_payload(payload, ctx), inner, shape.numel(), dtype)
             return out.view(shape[1], shape[0]).t().contiguous()
         return super().decompress(payload, ctx)
+
+    def wire_vars(self, numel, ctx, payload):
+        return {"buckets": -(-numel // self._bucket(numel, ctx))}
 
     def _bucket(self, numel: int, cols) -> int:
         if isinstance(cols, _Columns):

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from . import native
-from .base import (Compressor, bernoulli, check_finite, check_int, register, round_stochastic,
-                   truncate)
+from .base import (Compressor, Part, WireFormat, bernoulli, check_finite, check_int, register,
+                   round_stochastic, truncate)
 from .fused import fused
 from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .sign import negative, set_sign, set_sign_bits
@@ -142,6 +142,11 @@ class QSGD(Compressor):
     checks_finite = True  # through its bucket norms
 
     name = "qsgd"
+    wire = WireFormat(Part("norms", torch.float32, "buckets", "finite >= 0"),
+                      Part("signs", torch.uint8, "ceil(n / 8)"),
+                      Part("levels", torch.uint8, "ceil(n * bits / 8)"),
+                      where={"buckets": "ceil(n / bucket_size) (1 if bucket_size is None)",
+                             "bits": "ceil(log2(s + 1))"})
 
     def __init__(self, s: int = 15, bucket_size: int | None = 512, seed: int = 0):
         self.s = check_int("s", s, 1)
@@ -153,6 +158,9 @@ class QSGD(Compressor):
 
     def _bucket(self, numel: int) -> int:
         return self.bucket_size or max(numel, 1)
+
+    def wire_vars(self, numel, ctx, payload):
+        return {"buckets": -(-numel // self._bucket(numel))}
 
     def encode(self, flat, key):
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),

@@ -5,14 +5,20 @@ Unscaled (the default, as in that paper) it is a contraction meant for error fee
 ``scale=True`` the kept values are multiplied by n/k, which makes it unbiased:
 E[C(x)] = x, with variance (n/k - 1) ||x||^2.
 
-Two registrations:
+Two variants:
 
-- ``"randomk"``: private seed per rank; the payload carries (values, int32 indices) and
-  travels by allgather.
-- ``"randomk_shared"``: every rank draws from the same seed, so the indices coincide; the
-  payload is the values only (k floats), the indices stay in the rank-local ctx, and an
-  allreduce sums the payloads (``allreduce_compatible``). All ranks must call ``compress`` the
-  same number of times with the same sizes, or their generators drift apart.
+- ``"randomk"`` (the default; also registered as ``"randomk_shared"``): every rank draws from
+  the same seed, so the indices coincide; the payload is the values only (k floats), the
+  indices stay in the rank-local ctx, and an allreduce sums the payloads
+  (``allreduce_compatible``): half the bytes of the private variant and no growth with the
+  number of ranks. This is what GRACE's ``RandomKCompressor`` does (Xu et al., "GRACE: A
+  Compressed Communication Framework for Distributed Machine Learning", ICDCS 2021;
+  ``grace_dl/torch/compressor/randomk.py``: a seed from the tensor's name and the step). All
+  ranks must call ``compress`` the same number of times with the same sizes, or their
+  generators drift apart.
+- ``"randomk_private"``: a private seed per rank; the payload carries (values, int32
+  indices) and travels by allgather. Independent draws on p ranks average to a lower
+  variance than one shared draw, at twice the bytes per rank and an allgather.
 
 Trap avoided: indices drawn *with* replacement give fewer than k distinct coordinates.
 """
@@ -20,8 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
-from .topk import SparseCodec, check_density, resolve_k, sparse_payload
+from .base import Part, WireFormat, register
+from .topk import EXACT_K, SparseCodec, check_density, resolve_k, sparse_payload
 
 
 def distinct_indices(n: int, k: int, generator: torch.Generator, device="cpu") -> torch.Tensor:
@@ -41,12 +47,13 @@ def distinct_indices(n: int, k: int, generator: torch.Generator, device="cpu") -
     return got[torch.randperm(got.numel(), generator=generator, device=device)[:k]]
 
 
-@register("randomk")
+@register("randomk_private")
 class RandomK(SparseCodec):
     """Random-k with a private per-rank seed; ``scale=True`` multiplies kept values by n/k."""
     fixed_size = True
 
-    name = "randomk"
+    name = "randomk_private"
+    wire = EXACT_K
 
     def __init__(self, density: float = 0.01, k: int | None = None, scale: bool = False,
                  seed: int = 0):
@@ -73,13 +80,14 @@ class RandomK(SparseCodec):
         return f"{type(self).__name__}({arg}, scale={self.scale})"
 
 
-@register("randomk_shared")
+@register("randomk")
 class SharedRandomK(RandomK):
     """Random-k with one seed for all ranks: payload = values only, summed by allreduce."""
 
-    name = "randomk_shared"
+    name = "randomk"
     shared_randomness = True
     allreduce_compatible = True
+    wire = WireFormat(Part("values", "input", "k"), where=EXACT_K.where)
 
     def encode(self, flat, key):
         idx, vals = self._select(flat)
@@ -87,3 +95,11 @@ class SharedRandomK(RandomK):
 
     def decode(self, payload, ctx, numel, dtype):
         return super().decode((payload[0], ctx), None, numel, dtype)
+
+
+@register("randomk_shared")
+class SharedRandomKAlias(SharedRandomK):
+    """``"randomk_shared"``: the name the shared-seed Random-k had before it became the
+    default ``"randomk"``; the same codec."""
+
+    name = "randomk_shared"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import native
-from .base import Compressor, check_finite, register
+from .base import Compressor, Part, WireFormat, check_finite, register
 from .error_feedback import ErrorFeedback
 from .sign import sign_bits, signs_from_bits
 
@@ -30,6 +30,8 @@ class ScaledSign(Compressor):
     checks_finite = True  # through its l1 norm
 
     name = "scaled_sign"
+    wire = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"),
+                      Part("scale", torch.float32, "1", "finite >= 0"))
 
     def encode(self, flat, key):
         n = flat.numel()
@@ -60,6 +62,7 @@ class ScaledSign(Compressor):
 
     def subtract_decompressed_(self, payload, ctx, out):
         shape, dtype, _ = ctx
+        payload = self.check_payload(payload, ctx)
         if dtype == out.dtype == torch.float32 and out.is_contiguous() and native.enabled(out):
             bits, scale = payload  # out -= +-scale in one pass (kernels.c), the same values
             s = scale.float().reshape(())

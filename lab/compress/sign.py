@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import native
-from .base import Compressor, register
+from .base import Compressor, Part, WireFormat, register
 from .packing import expand_bits, expand_codes, pack_bits
 
 
@@ -75,6 +75,7 @@ class Sign(Compressor):
     fixed_size = True
 
     name = "sign"
+    wire = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"))
 
     def encode(self, flat, key):
         return (sign_bits(flat),), None

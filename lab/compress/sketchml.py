@@ -56,7 +56,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .base import Compressor, check_int, register
+from .base import Compressor, Part, PayloadError, WireFormat, check_int, register
 from .packing import pack_uint, unpack_uint
 from .topk import check_density, resolve_k, topk_indices
 
@@ -112,8 +112,24 @@ def minmax_query(table: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
 
 @register("sketchml")
 class SketchML(Compressor):
+    """SketchML's quantile buckets, grouped MinMaxSketch and delta-binary keys (module
+    docstring)."""
     name = "sketchml"
     shared_randomness = True
+    wire_vars_read_payload = True  # the header says how long the other parts are
+    wire = WireFormat(
+        Part("header", torch.int32, "3 + groups", "0..2**31 - 1"),
+        Part("means", torch.float32, "qpos + qneg", "finite >= 0"),
+        Part("tables", torch.uint8, "table_bytes"),
+        Part("flags", torch.uint8, "ceil(keys / 4)"),
+        Part("data", torch.uint8, "keys..4 * keys"),
+        where={"header": "hash seed, npos, nneg, then the keys of each group",
+               "keys": "npos + nneg <= n", "qpos, qneg": "buckets of each sign",
+               "groups": "ceil(qpos / span) + ceil(qneg / span)",
+               "table_bytes": "sum over groups of ceil(rows * ceil(col_ratio * keys of the "
+                              "group) * ceil(log2(span)) / 8)"},
+        note="the data part holds exactly sum(flag + 1) bytes; decoded keys lie in [0, n) and "
+             "decoded buckets within their sign's buckets (checked)")
 
     def __init__(self, buckets: int = 256, groups: int = 8, col_ratio: float = 0.3,
                  rows: int = 2, density: float | None = None, seed: int = 0):
@@ -212,6 +228,30 @@ class SketchML(Compressor):
         tables = torch.cat(tables) if tables else torch.zeros(0, dtype=torch.uint8)
         return tuple(p.to(flat.device) for p in (header, means, tables, flags, data)), None
 
+    def wire_vars(self, numel, ctx, payload):
+        header = payload[0]
+        if header.numel() < 3:
+            raise PayloadError(self.name, "header", "at least 3 entries (seed, npos, nneg)",
+                               f"{header.numel()}")
+        head = header.cpu().tolist()
+        npos, nneg = head[1], head[2]
+        if npos < 0 or nneg < 0 or npos + nneg > numel:
+            raise PayloadError(self.name, "header", f"npos, nneg >= 0 with npos + nneg <= {numel}",
+                               f"npos={npos}, nneg={nneg}")
+        qpos, qneg = self.buckets_per_sign(npos, nneg)
+        lay = self._layout(qpos, qneg)
+        names = {"qpos": qpos, "qneg": qneg, "groups": lay.groups, "keys": npos + nneg,
+                 "table_bytes": 0}
+        counts = head[3:]
+        if len(counts) == lay.groups:  # else the header's length is named first
+            if min(counts, default=0) < 0 or sum(counts) != npos + nneg:
+                raise PayloadError(self.name, "header", f"keys per group >= 0, summing to "
+                                   f"{npos + nneg}", f"{counts}")
+            lay = self._layout(qpos, qneg, counts)
+            names["table_bytes"] = sum((b - a) * bits + 7 >> 3 for a, b, bits in
+                                       zip(lay.cell_start, lay.cell_start[1:], lay.bits))
+        return names
+
     # -- decode ---------------------------------------------------------------------------------
     def decode_indices(self, payload):
         """The sketch's answer, in payload order: (keys, negative?, decoded bucket index)."""
@@ -220,6 +260,10 @@ class SketchML(Compressor):
         lay = self._layout(*self.buckets_per_sign(npos, nneg), header[3:])
         counts = torch.tensor(lay.counts, dtype=torch.long)
         gid = torch.repeat_interleave(torch.arange(lay.groups), counts)
+        used = int(unpack_uint(flags, npos + nneg, 2).sum()) + npos + nneg
+        if used != data.numel():
+            raise PayloadError(self.name, "data", f"{used} bytes (the flags' lengths)",
+                               f"{data.numel()}")
         deltas = _decode_deltas(flags, data, npos + nneg)
         before = torch.cumsum(deltas, 0) - deltas  # the sum of the deltas before each key
         keys = before + deltas - before[(torch.cumsum(counts, 0) - counts)[gid]]
@@ -235,9 +279,20 @@ class SketchML(Compressor):
         offset[sketched] = minmax_query(table, cells)
         return keys, lay.sign[gid] == 1, lay.lo[gid] + offset
 
+    def _check_decoded(self, keys, neg, bucket, numel, qpos, qneg):
+        """Keys within the tensor, buckets within their sign's (a corrupt table can point
+        past them)."""
+        if keys.numel() and int(keys.max()) >= numel:
+            raise PayloadError(self.name, "data", f"keys < {numel}", f"key {int(keys.max())}")
+        q = torch.where(neg, qneg, qpos)
+        if keys.numel() and bool((bucket >= q).any()):
+            raise PayloadError(self.name, "tables", "bucket offsets within each group",
+                               "an offset past its sign's buckets")
+
     def decode(self, payload, ctx, numel, dtype):
         keys, neg, bucket = self.decode_indices(payload)
-        qpos = self.buckets_per_sign(*(int(v) for v in payload[0][1:3].cpu()))[0]
+        qpos, qneg = self.buckets_per_sign(*(int(v) for v in payload[0][1:3].cpu()))
+        self._check_decoded(keys, neg, bucket, numel, qpos, qneg)
         vals = payload[1].cpu()[bucket + neg.long() * qpos]
         out = torch.zeros(numel)
         out[keys] = torch.where(neg, -vals, vals)

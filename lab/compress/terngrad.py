@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import native
-from .base import Compressor, check_finite, register, round_stochastic
+from .base import Compressor, Part, WireFormat, check_finite, register, round_stochastic
 from .fused import fused
 from .packing import expand_codes, pack_uint
 from .qsgd import ratios, sums_of_squares
@@ -107,6 +107,9 @@ class TernGrad(Compressor):
     checks_finite = True  # through its scaler max |x|
 
     name = "terngrad"
+    wire = WireFormat(Part("scale", torch.float32, "1", "finite >= 0"),
+                      Part("codes", torch.uint8, "ceil(n / 4)"),
+                      note="2-bit codes 0: 0, 1: +scale, 2: -scale (3 is unused and decodes to 0)")
 
     def __init__(self, clip: float | None = 2.5, seed: int = 0):
         self.clip = check_clip(clip)

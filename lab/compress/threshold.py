@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, Part, WireFormat, register
 from .error_feedback import ErrorFeedback
 from .packing import index_dtype, pack_bits, unpack_bits
 
@@ -26,6 +26,8 @@ class Threshold(Compressor):
     """Entries with ``|x| > tau`` become ``sign(x) * tau``; the rest become 0."""
 
     name = "threshold"
+    wire = WireFormat(Part("indices", "index", "c", "0..n - 1"),
+                      Part("signs", torch.uint8, "ceil(c / 8)"), counts={"c": "0..n"})
 
     def __init__(self, tau: float = 0.01, seed: int = 0):
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:

@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from .base import Compressor, register
+from .base import Compressor, Part, WireFormat, register
 from .packing import index_dtype
 
 
@@ -127,8 +127,23 @@ def sparse_payload(flat: torch.Tensor, idx: torch.Tensor, values: torch.Tensor |
     return vals, idx.to(index_dtype(flat.numel()))
 
 
+#: (values, indices) with a data-dependent count ``c``: every index in [0, n)
+RAGGED = WireFormat(Part("values", "input", "c"), Part("indices", "index", "c", "0..n - 1"),
+                    counts={"c": "0..n"})
+#: (values, indices) with exactly k of each
+EXACT_K = WireFormat(Part("values", "input", "k"), Part("indices", "index", "k", "0..n - 1"),
+                     where={"k": "floor(density * n + 1/2) clamped to [1, n], or k given"})
+
+
 class SparseCodec(Compressor):
-    """Base of (values, indices) codecs: decode scatters the values into zeros."""
+    """Base of (values, indices) codecs: decode scatters the values into zeros. ``wire``:
+    a data-dependent count of entries unless a subclass fixes it (``EXACT_K``)."""
+
+    wire = RAGGED
+
+    def wire_vars(self, numel, ctx, payload):
+        k = getattr(self, "k", None)
+        return {"k": resolve_k(numel, getattr(self, "density", 1.0), min(k, numel) if k else k)}
 
     def decode(self, payload, ctx, numel, dtype):
         values, idx = payload[0], payload[1]
@@ -144,6 +159,7 @@ class TopK(SparseCodec):
     fixed_size = True
 
     name = "topk"
+    wire = EXACT_K
 
     def __init__(self, density: float = 0.01, k: int | None = None, seed: int = 0):
         check_density(density, k)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
+from .base import Part, WireFormat, register
 from .topk import (SparseCodec, candidates_topk, check_density, resolve_k, sampled_threshold,
                    sparse_payload, topk_indices)
 
@@ -46,6 +46,9 @@ class SampledTopK(SparseCodec):
     """
 
     name = "topk_sampled"
+    wire = WireFormat(Part("values", "input", "c"), Part("indices", "index", "c", "0..n - 1"),
+                      counts={"c": "0..k"},
+                      where={"k": "floor(density * n + 1/2) clamped to [1, n], or k given"})
 
     def __init__(self, density: float = 0.01, k: int | None = None, sample: float = 0.01,
                  overshoot: float = 2.0, min_sample: int = 1000, seed: int = 0):

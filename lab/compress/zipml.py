@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, bernoulli, check_int, register
+from .base import Compressor, Part, PayloadError, WireFormat, bernoulli, check_int, register
 from .packing import pack_uint, unpack_uint
 
 
@@ -70,6 +70,10 @@ class ZipML(Compressor):
     """Data-optimal ``levels`` points (chosen from ``candidates``), stochastic rounding."""
 
     name = "zipml"
+    wire = WireFormat(Part("points", torch.float32, "min(n, 1)..levels", "finite"),
+                      Part("codes", torch.uint8, "ceil(n * bits / 8)"),
+                      where={"bits": "ceil(log2(levels))"},
+                      note="every code < the number of points (checked where fewer than 2^bits)")
 
     def __init__(self, levels: int = 16, candidates: int = 128, seed: int = 0):
         self.levels = check_int("levels", levels, 2)
@@ -91,7 +95,13 @@ class ZipML(Compressor):
         points, packed = payload
         if not numel:
             return points.new_zeros(0, dtype=dtype)
-        return points.float()[unpack_uint(packed, numel, self.bits, torch.int32)].to(dtype)
+        codes = unpack_uint(packed, numel, self.bits, torch.int32)
+        if points.numel() < 2 ** self.bits:  # a code could address past the points: check
+            top = int(codes.max())
+            if top >= points.numel():
+                raise PayloadError(self.name, "codes", f"codes < {points.numel()} (the points)",
+                                   f"code {top}")
+        return points.float()[codes].to(dtype)
 
     def __repr__(self):
         return f"ZipML(levels={self.levels}, candidates={self.candidates})"

@@ -1,0 +1,308 @@
+"""Declared wire formats: what a codec's payload may hold, checked before decoding it.
+
+Each codec declares its payload as a :class:`WireFormat`, a list of :class:`Part` s next to its
+``compress``: the part's name, its dtype, its length (number of elements) as an expression of
+the tensor's size ``n`` and the codec's parameters, and, where an entry addresses memory or
+scales the output, the range of its entries. ``decompress`` checks a payload against the
+declaration before touching memory and raises :class:`PayloadError` (a ``ValueError``) naming
+the codec, the part, what was expected and what came. The book's codec tables are generated
+from the same declarations (:func:`table`).
+
+Expressions are Python, evaluated with ``n`` (the tensor's number of values), the codec's
+attributes (``density``, ``bits``...), the names its ``wire_vars`` derives (``k``,
+``buckets``...) and the *lengths* of the parts checked before (``ceil(c / 8)``), plus ``ceil``,
+``floor``, ``log2``, ``min`` and ``max``. A length is exact (``"ceil(n / 8)"``), a range
+``"lo..hi"`` (both ends included), or one of the format's ``counts``: an unknown declared with
+its range (``counts={"c": "0..n"}``) that the first part of length ``"c"`` (or
+``"expr * c"``) fixes, and which later parts must then match. ``values`` bounds the entries:
+``"lo..hi"`` for integers (both ends included; checked with one min and one max, never a
+per-element Python loop), ``"finite"`` or ``"finite >= 0"`` for floats (header fields only:
+norms, scales; a bulk value part is never scanned).
+
+What is not checked: the content of value and code streams (a flipped bit in a float or a
+2-bit code decodes to another finite value, detectable only by a checksum), except where a
+codec's own ``check_payload`` adds a check because an entry addresses memory (ZipML's codes)
+or a stream has structure (QSGD-Elias, SketchML).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from . import native
+from .packing import index_dtype
+
+
+class PayloadError(ValueError):
+    """A payload that does not match its codec's declared wire format.
+
+    ``codec``, ``part`` (a part's name, or ``"payload"`` for the tuple itself), ``expected``
+    and ``got`` are kept as attributes; the message names all four."""
+
+    def __init__(self, codec: str, part: str, expected, got):
+        self.codec, self.part, self.expected, self.got = codec, part, expected, got
+        super().__init__(f"{codec}: payload part {part!r}: expected {expected}, got {got}")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One tensor of a payload.
+
+    ``dtype``: a ``torch.dtype``, ``"input"`` (the dtype of the tensor that was compressed) or
+    ``"index"`` (:func:`~lab.compress.packing.index_dtype` of ``n``: int32 below 2**31
+    values). ``size``: its number of elements (see the module docstring). ``values``: the
+    range of its entries, or None (unchecked)."""
+    name: str
+    dtype: object
+    size: str
+    values: str | None = None
+
+
+_GLOBALS = {"__builtins__": {}, "ceil": math.ceil, "floor": math.floor, "min": min, "max": max,
+            "log2": math.log2}
+_PRODUCT = re.compile(r"^(?:(.+?)\s*\*\s*)?([A-Za-z_]\w*)$")
+
+
+class _Name(str):
+    """An expression that is one name (``n``, ``k``): looked up, not evaluated."""
+
+
+def _compile(expr: str):
+    """An int for a constant, a :class:`_Name` for a name, else a code object: the first two
+    cost a lookup, not an ``eval`` (the check runs on every decode)."""
+    expr = expr.strip()
+    if expr.isdigit():
+        return int(expr)
+    if expr.isidentifier():
+        return _Name(expr)
+    return compile(expr, f"<wire {expr}>", "eval")
+
+
+def _ev(e, names):
+    if e.__class__ is int:
+        return e
+    if e.__class__ is _Name:
+        return names[e]
+    return eval(e, _GLOBALS, names)
+
+
+def _refs(e) -> set:
+    """The names an expression reads."""
+    if e.__class__ is _Name:
+        return {str(e)}
+    return set(e.co_names) if hasattr(e, "co_names") else set()
+
+
+def _range(text: str):
+    lo, _, hi = text.partition("..")
+    return _compile(lo), _compile(hi)
+
+
+@dataclass
+class _Compiled:
+    part: Part
+    size: object = None      # a code object (exact), a (lo, hi) pair, or a (factor, count) pair
+    kind: str = "exact"      # exact | range | count
+    values: object = None    # ("int", lo, hi) | ("finite", nonneg) | None
+
+
+@dataclass
+class WireFormat:
+    """A codec's payload: its parts in order, unknown counts with their ranges, and a
+    description of the names ``wire_vars`` derives (for the tables)."""
+    parts: tuple
+    counts: dict = field(default_factory=dict)
+    where: dict = field(default_factory=dict)
+    note: str = ""
+
+    def __init__(self, *parts: Part, counts=None, where=None, note: str = ""):
+        self.parts, self.counts = tuple(parts), dict(counts or {})
+        self.where, self.note = dict(where or {}), note
+        self._count_ranges = {name: _range(r) for name, r in self.counts.items()}
+        self._compiled = [self._compile_part(p) for p in self.parts]
+        self._names = ", ".join(p.name for p in self.parts)
+        # (name, 0: fixed dtype | 1: the input's | 2: the index dtype, the fixed dtype)
+        self._dtypes = [(p.name, 1 if p.dtype == "input" else 2 if p.dtype == "index" else 0,
+                         p.dtype) for p in self.parts]
+        self._valued = [i for i, p in enumerate(self.parts) if p.values is not None]
+        # the codec attributes the expressions read (fetched into a plain dict per check)
+        codes = [c.size for c in self._compiled if c.kind == "exact"]
+        codes += [c.size[0] for c in self._compiled if c.kind == "count"]
+        codes += [e for c in self._compiled if c.kind == "range" for e in c.size]
+        codes += [e for c in self._compiled if c.values and c.values[0] == "int"
+                  for e in c.values[1:]]
+        codes += [e for r in self._count_ranges.values() for e in r]
+        known = set(_GLOBALS) | {"n"} | set(self.counts) | {p.name for p in self.parts}
+        self._attrs = sorted(set().union(*map(_refs, codes)) - known)
+        # lengths that depend on n alone (the casts, the signs): no names to derive
+        self._simple = not self.counts and not self._valued and all(
+            c.kind == "exact" and _refs(c.size) <= set(_GLOBALS) | {"n"}
+            for c in self._compiled)
+
+    def _compile_part(self, p: Part) -> _Compiled:
+        c = _Compiled(p)
+        m = _PRODUCT.match(p.size.strip())
+        if m and m.group(2) in self.counts:
+            c.kind, c.size = "count", (_compile(m.group(1) or "1"), m.group(2))
+        elif ".." in p.size:
+            c.kind, c.size = "range", _range(p.size)
+        else:
+            c.size = _compile(p.size)
+        if p.values is not None:
+            v = p.values.replace(" ", "")
+            if v in ("finite", "finite>=0"):
+                c.values = ("finite", v.endswith(">=0"))
+            else:
+                c.values = ("int", *_range(p.values))
+        return c
+
+    # -- the check ----------------------------------------------------------------------------
+    def check(self, codec, payload, numel: int, dtype: torch.dtype, ctx) -> tuple:
+        """``payload`` as a tuple if it matches this format for a tensor of ``numel`` values
+        of ``dtype`` decoded with ``ctx``; else raise :class:`PayloadError`."""
+        name = codec.name
+        if not isinstance(payload, (tuple, list)):
+            raise PayloadError(name, "payload", f"a tuple of {len(self.parts)} tensors "
+                               f"({self._names})", type(payload).__name__)
+        if len(payload) != len(self.parts):
+            raise PayloadError(name, "payload", f"{len(self.parts)} parts ({self._names})",
+                               f"{len(payload)} parts")
+        index = None
+        for (pname, kind, fixed), t in zip(self._dtypes, payload):
+            if t.__class__ is not torch.Tensor and not isinstance(t, torch.Tensor):
+                raise PayloadError(name, pname, "a torch.Tensor", type(t).__name__)
+            if kind == 0:
+                want = fixed
+            elif kind == 1:
+                want = dtype
+            else:
+                want = index = index or index_dtype(numel)
+            if t.dtype is not want:
+                raise PayloadError(name, pname, f"dtype {want}", f"dtype {t.dtype}")
+        names = {"n": numel} if self._simple else self._names_for(codec, numel, ctx, payload)
+        for c, t in zip(self._compiled, payload):
+            size = t.numel()
+            if c.kind == "exact":
+                want = _ev(c.size, names)
+                if size != want:
+                    raise PayloadError(name, c.part.name, f"{c.part.size} = {want} elements",
+                                       f"{size}")
+            elif c.kind == "range":
+                lo, hi = _ev(c.size[0], names), _ev(c.size[1], names)
+                if not lo <= size <= hi:
+                    raise PayloadError(name, c.part.name, f"{c.part.size} = {lo}..{hi} "
+                                       "elements", f"{size}")
+            else:
+                self._bind(codec, c, size, names)
+            names[c.part.name] = size
+        for i in self._valued:
+            if payload[i].numel():
+                self._check_values(name, self._compiled[i], payload[i], names)
+        return payload if payload.__class__ is tuple else tuple(payload)
+
+    def _names_for(self, codec, numel: int, ctx, payload) -> dict:
+        """``n``, the codec's derived names and the attributes the expressions read. Kept per
+        (n, ctx) on the codec (``wire_vars`` and the attribute reads are most of a check's
+        cost on a small payload) unless its ``wire_vars`` reads the payload; setting a public
+        attribute of the codec drops them (:meth:`Compressor.__setattr__`)."""
+        cache = None if codec.wire_vars_read_payload else codec.__dict__.get("_wire_names")
+        key = (numel, None if isinstance(ctx, torch.Tensor) else ctx)
+        if cache is not None:
+            try:
+                names = cache.get(key)
+            except TypeError:  # an unhashable ctx: derive every time
+                cache, names = None, None
+            if names is not None:
+                return names.copy()
+        names = codec.wire_vars(numel, ctx, payload)
+        names["n"] = numel
+        for attr in self._attrs:
+            if attr not in names:
+                names[attr] = getattr(codec, attr)
+        if not codec.wire_vars_read_payload:
+            cache = codec.__dict__.setdefault("_wire_names", {})
+            try:
+                if len(cache) >= 64:  # sizes of one model's tensors: a bounded set
+                    cache.clear()
+                cache[key] = names.copy()
+            except TypeError:
+                pass
+        return names
+
+    def _bind(self, codec, c: _Compiled, size: int, names) -> None:
+        factor_code, count = c.size
+        factor = _ev(factor_code, names)
+        if count in names:  # fixed by an earlier part
+            if size != factor * names[count]:
+                raise PayloadError(codec.name, c.part.name, f"{c.part.size} = "
+                                   f"{factor * names[count]} elements", f"{size}")
+            return
+        value, rest = divmod(size, factor) if factor else (0, size)
+        lo, hi = (_ev(e, names) for e in self._count_ranges[count])
+        if rest or not lo <= value <= hi:
+            raise PayloadError(codec.name, c.part.name, f"{c.part.size} elements with {count} "
+                               f"in {self.counts[count]} = {lo}..{hi}", f"{size}")
+        names[count] = value
+
+    def _check_values(self, codec: str, c: _Compiled, t: torch.Tensor, names) -> None:
+        lo, hi = min_max(t)
+        if c.values[0] == "finite":
+            if not (math.isfinite(lo) and math.isfinite(hi)) or (c.values[1] and lo < 0):
+                raise PayloadError(codec, c.part.name, f"entries {c.part.values}",
+                                   f"entries in [{lo}, {hi}]")
+            return
+        want_lo, want_hi = _ev(c.values[1], names), _ev(c.values[2], names)
+        if lo < want_lo or hi > want_hi:
+            raise PayloadError(codec, c.part.name, f"entries in {c.part.values} = "
+                               f"{want_lo}..{want_hi}", f"entries in {lo}..{hi}")
+
+    # -- the tables ---------------------------------------------------------------------------
+    def rows(self) -> list[dict]:
+        """One dict per part: name, dtype, length, entries (for a table)."""
+        def dt(d):
+            return {"input": "as input", "index": "int32 (int64 if n >= 2^31)"}.get(d) or \
+                str(d).replace("torch.", "")
+        out = []
+        for p in self.parts:
+            size = p.size
+            if p.size in self.counts:
+                size = f"{p.size} in {self.counts[p.size]}"
+            out.append({"part": p.name, "dtype": dt(p.dtype), "length": size,
+                        "entries": p.values or ""})
+        return out
+
+
+def min_max(t: torch.Tensor):
+    """(min, max) of a tensor's entries as Python numbers (NaN if any entry is NaN): in
+    Python for a few entries (a header), else one ``torch.aminmax`` (~3 us on 10^4 entries)."""
+    if t.dtype is torch.int32 and t.numel() > 32 and t.device.type == "cpu" \
+            and t.is_contiguous() and native.enabled(t):
+        return native.int32_range(t)  # one vectorized pass, one ctypes call
+    if t.numel() <= 32:
+        values = t.tolist() if t.dim() == 1 else t.reshape(-1).tolist()
+        if any(v != v for v in values):  # NaN: min/max of Python floats would skip it
+            return math.nan, math.nan
+        return min(values), max(values)
+    lo, hi = torch.aminmax(t)  # payloads carry no autograd history
+    return lo.item(), hi.item()
+
+
+def table(codecs) -> list[dict]:
+    """Rows ``codec, part, dtype, length, entries`` for the codecs given (names or objects):
+    the book's wire-format tables, generated from the declarations."""
+    from .base import make
+    rows = []
+    for c in codecs:
+        c = make(c) if isinstance(c, str) else c
+        fmt = c.wire
+        where = "; ".join([f"{k} = {v}" for k, v in fmt.where.items()]
+                          + [f"{k} in {v}" for k, v in fmt.counts.items()
+                             if any(p.size != k and p.size.endswith(k) for p in fmt.parts)])
+        for i, r in enumerate(fmt.rows()):
+            rows.append({"codec": c.name if i == 0 else "", **r,
+                         "where": where if i == 0 else ""})
+    return rows
+
