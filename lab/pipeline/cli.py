@@ -3,6 +3,8 @@
     python -m lab pipeline --model gpt --data text --stages 4 --schedule gpipe
     python -m lab pipeline --stages 2 --replicas 2 --schedule async-nesterov \\
         --dp sparse-avg --dp-kw fraction=0.05 delay=4 ema=0.9 --network '100Mbps,2ms'
+    python -m lab pipeline --stages 2 --replicas 2 --schedule async-nesterov --weight-decay 0.01 \
+        --clip 10 --lr-schedule cosine --warmup 8 --dp sparse-avg --dp-network '10Mbps,50ms'
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import argparse
 import pathlib
 import sys
 
-from .config import DP_MODES, SCHEDULES, PipelineConfig
+from .config import DP_MODES, OPTIMIZERS, SCHEDULES, PipelineConfig
+from .lr import LR_SCHEDULES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,11 +29,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=32, help="global batch per step")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--optimizer", default="adam", choices=["sgd", "adam", "nadam"])
-    p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
+    p.add_argument("--momentum", type=float, default=0.0, help="sgd's momentum")
+    p.add_argument("--beta1", type=float, default=None, help="Adam family's first moment (default 0.9)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="decoupled for adamw/nadamw/async-nesterov")
+    p.add_argument("--clip", type=float, default=None, help="max gradient norm per stage (AsyncPP: 10)")
+    p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES, help="cosine: to 0.1 lr at the end")
+    p.add_argument("--warmup", type=int, default=0, help="linear warm-up, in updates")
     p.add_argument("--dp", default="none", choices=DP_MODES)
-    p.add_argument("--dp-kw", nargs="*", metavar="K=V", help="sparse-avg: fraction, delay, ema (None = off)")
-    p.add_argument("--network", default=None, help="e.g. 1Gbps, '100Mbps,2ms'")
+    p.add_argument("--dp-kw", nargs="*", metavar="K=V",
+                   help="sparse-avg: fraction, delay, ema (None = off), overlap (False = blocking)")
+    p.add_argument("--network", default=None, help="e.g. 1Gbps, '100Mbps,2ms' (both axes)")
+    p.add_argument("--dp-network", default=None, help="the replica-axis link, if not --network")
     p.add_argument("--slow-ranks", nargs="*", metavar="RANK=FACTOR")
     p.add_argument("--jitter", type=float, default=0.0)
     p.add_argument("--model-kw", nargs="*", metavar="K=V")
@@ -47,7 +57,9 @@ def config(a) -> PipelineConfig:
         model=a.model, data=a.data, stages=a.stages, replicas=a.replicas, schedule=a.schedule,
         schedule_kw=_kv(a.schedule_kw, "--schedule-kw"), microbatches=a.microbatches,
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, optimizer=a.optimizer,
-        momentum=a.momentum, dp=a.dp, dp_kw=_kv(a.dp_kw, "--dp-kw"), network=a.network,
+        momentum=a.momentum, beta1=a.beta1, weight_decay=a.weight_decay, clip=a.clip,
+        lr_schedule=a.lr_schedule, warmup=a.warmup, dp=a.dp, dp_kw=_kv(a.dp_kw, "--dp-kw"),
+        network=a.network, dp_network=a.dp_network,
         slow_ranks=_slow(a.slow_ranks), jitter=a.jitter, model_kw=_kv(a.model_kw, "--model-kw"),
         data_kw=_kv(a.data_kw, "--data-kw"), seed=a.seed)
 

@@ -5,11 +5,12 @@ from dataclasses import asdict, dataclass, field
 
 from .. import data as data_mod, models
 from ..comm import Network
+from .lr import LR_SCHEDULES
 from .stages import units
 
 SCHEDULES = ("gpipe", "1f1b", "async", "async-stash", "async-nesterov")
 DP_MODES = ("none", "allreduce", "sparse-avg")
-OPTIMIZERS = ("sgd", "adam", "nadam")
+OPTIMIZERS = ("sgd", "adam", "adamw", "nadam", "nadamw")
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,18 @@ class PipelineConfig:
     steps: int = 20
     batch_size: int = 32           # global batch per step (all replicas together)
     lr: float = 1e-3
-    optimizer: str = "adam"        # async-nesterov always uses its NAdam look-ahead
+    optimizer: str = "adam"        # async-nesterov always uses its NAdam(W) look-ahead
     momentum: float = 0.0          # sgd only
+    beta1: float | None = None     # Adam family's first moment (None: 0.9)
+    weight_decay: float = 0.0      # decoupled for adamw, nadamw and async-nesterov
+    clip: float | None = None      # max gradient norm per stage and update (authors: 10)
+    lr_schedule: str = "constant"  # or "cosine" (to 0.1 lr at the last update)
+    warmup: int = 0                # linear warm-up updates
     schedule_kw: dict = field(default_factory=dict)  # async-nesterov: momentum, lr_correction
     dp: str = "none"               # across replicas: none, allreduce (sync), sparse-avg
-    dp_kw: dict = field(default_factory=dict)        # sparse-avg: fraction, delay, ema
-    network: str | None = None
+    dp_kw: dict = field(default_factory=dict)        # sparse-avg: fraction, delay, ema, overlap
+    network: str | None = None     # both axes, unless dp_network is given
+    dp_network: str | None = None  # the replica-axis link (None: network)
     slow_ranks: dict = field(default_factory=dict)   # global rank -> compute slowdown
     jitter: float = 0.0
     model_kw: dict = field(default_factory=dict)
@@ -52,6 +59,11 @@ class PipelineConfig:
         need(self.dp in DP_MODES, f"dp must be one of {DP_MODES}, got {self.dp!r}")
         need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         need(self.lr > 0, f"lr must be > 0, got {self.lr!r}")
+        need(self.beta1 is None or 0.0 <= self.beta1 < 1.0, f"beta1 must be in [0, 1), got {self.beta1!r}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        need(self.clip is None or self.clip > 0, f"clip must be > 0 or None, got {self.clip!r}")
+        need(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        need(isinstance(self.warmup, int) and self.warmup >= 0, f"warmup must be an int >= 0 (updates), got {self.warmup!r}")
         need(self.jitter >= 0, f"jitter must be >= 0 seconds, got {self.jitter!r}")
         need(self.model in models.names(), f"model must be one of {models.names()}, got {self.model!r}")
         need(self.data in data_mod.names(), f"data must be one of {data_mod.names()}, got {self.data!r}")
@@ -71,6 +83,7 @@ class PipelineConfig:
         elif self.schedule_kw:
             raise ValueError(f"schedule_kw is only for schedule='async-nesterov', got {self.schedule!r}")
         Network.parse(self.network)
+        Network.parse(self.dp_network)
         for r, f in self.slow_ranks.items():
             need(isinstance(r, int) and 0 <= r < self.world_size,
                  f"slow_ranks: rank {r!r} is not in [0, {self.world_size})")

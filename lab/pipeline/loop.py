@@ -3,10 +3,13 @@
 Each rank builds the whole model from the seed (so every split starts from the unsplit
 model's weights), keeps its stage, and executes its schedule's actions. After each step's
 update a stage averages with the other replicas of the same stage (``dp``: ``allreduce`` of
-gradients, synchronous; ``sparse-avg``: :class:`SparseAverager`). The merged
+gradients, synchronous, after every update; ``sparse-avg``: :class:`SparseAverager`, started
+after the step and waited for ``delay`` steps later). The optimizer, clipping and learning-rate
+schedule of a stage come from ``lab.pipeline.optim``. The merged
 :class:`lab.train.History` has the loss (last stage, mean over replicas), rank 0's bytes, the
 wall clock per step, and per-stage series: compute, idle (blocked waiting for a neighbour:
-the bubble), send time, peak activation bytes, staleness per micro-batch, a timeline.
+the bubble), send time, peak activation bytes, staleness per micro-batch, a timeline, and
+``avg_wait`` (seconds a step was blocked on the replica axis).
 """
 from __future__ import annotations
 
@@ -25,25 +28,14 @@ from .async_1f1b import async_1f1b
 from .config import PipelineConfig
 from .gpipe import gpipe
 from .mesh import Mesh
-from .nesterov import corrected_lr, lookahead_optimizer
 from .onef1b import one_f_one_b
+from .optim import make_optimizer, step_lr
 from .sparse_avg import SparseAverager
 from .stages import split
 from .worker import StageWorker
 
 SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "async": async_1f1b,
              "async-stash": async_1f1b, "async-nesterov": async_1f1b}
-
-
-def _optimizer(cfg: PipelineConfig, params):
-    if cfg.schedule == "async-nesterov":
-        kw = {k: v for k, v in cfg.schedule_kw.items() if k == "momentum"}
-        return lookahead_optimizer(params, cfg.lr, **kw)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr)
-    if cfg.optimizer == "nadam":
-        return torch.optim.NAdam(params, lr=cfg.lr)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum)
 
 
 def _shapes(pieces, x) -> list[tuple]:
@@ -59,12 +51,12 @@ def _shapes(pieces, x) -> list[tuple]:
 def run_rank(ctx, cfg: PipelineConfig) -> dict:
     cfg.check(ctx.world_size)
     S, R, m = cfg.stages, cfg.replicas, cfg.microbatches
-    mesh = Mesh(ctx.rank, ctx.world_size, S, R, network=cfg.network)
+    mesh = Mesh(ctx.rank, ctx.world_size, S, R, network=cfg.network, dp_network=cfg.dp_network)
     data = data_mod.load(cfg.data, seed=cfg.seed, **cfg.data_kw)
     pieces = split(models.make(cfg.model, data, seed=cfg.seed, **cfg.model_kw), S)
     module, s = pieces[mesh.stage], mesh.stage
     params = list(module.parameters())
-    opt = _optimizer(cfg, params)
+    opt = make_optimizer(cfg, params)
     per = cfg.batch_size // R // m
     x0, _ = data.batch(0, per)
     shapes = _shapes(pieces, x0)
@@ -96,9 +88,9 @@ def run_rank(ctx, cfg: PipelineConfig) -> dict:
             flat = parameters_to_vector([p.grad for p in params])
             mesh.dp.allreduce(flat, tag="grad")
             vector_to_parameters(flat / R, [p.grad for p in params])
-        if cfg.schedule == "async-nesterov" and cfg.schedule_kw.get("lr_correction", 0):
-            for g in opt.param_groups:
-                g["lr"] = corrected_lr(cfg.lr, S - 1 - s, worker.version, cfg.schedule_kw["lr_correction"])
+        step_lr(cfg, opt, worker.version, cfg.steps * (m if asynchronous else 1), S - 1 - s)
+        if cfg.clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, cfg.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         worker.version += 1
@@ -117,11 +109,13 @@ def run_rank(ctx, cfg: PipelineConfig) -> dict:
             worker.backward(k, step)
         else:
             update(step, boundary=not asynchronous or k % m == m - 1)
+    if avg is not None:
+        avg.close()
     mesh.close()
     if dist.is_initialized():
         dist.barrier()
     wall = time.perf_counter() - clock0
-    recs = mesh.records()
+    recs = mesh.records() + (avg.records() if avg is not None else [])
     per_step = lambda f: [sum(f(r) for r in recs if r.step == t) for t in range(cfg.steps)]  # noqa: E731
     return {
         "stage": s, "replica": mesh.replica, "wall": wall, "ends": [ends[t] for t in range(cfg.steps)],
@@ -160,7 +154,7 @@ def merge(cfg: PipelineConfig, ranks: list[dict]) -> History:
     for r in ranks:
         tag = f"stage{r['stage']}" + (f"/replica{r['replica']}" if cfg.replicas > 1 else "")
         for key in ("compute", "idle", "send", "act_peak", "stash_peak", "staleness", "fwd_sum",
-                    "bwd_sum", "timeline", "avg_subset_sum", "avg_merged", "params", "dp_bytes"):
+                    "bwd_sum", "timeline", "avg_subset_sum", "avg_merged", "avg_wait", "params", "dp_bytes"):
             if key in r:
                 h.series[f"{key}/{tag}"] = r[key]
         h.series[f"utilisation/{tag}"] = float(sum(r["compute"]) / h.wall_s)

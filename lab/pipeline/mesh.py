@@ -3,7 +3,9 @@
 Global rank ``r * stages + s`` is stage ``s`` of replica ``r``. Along the pipeline axis a
 stage sends activations to ``s + 1`` and gradients to ``s - 1`` with ``Collective.send/recv``
 on the world group; along the data axis the ranks holding the same stage form one process
-group (``Collective(group=...)``) for averaging. Every byte lands in a ledger.
+group (``Collective(group=...)``) for averaging, on its own emulated link (``dp_network``: the
+replicas may sit far apart while the stages of one replica sit close, or the other way round).
+Every byte lands in a ledger.
 
 Sends are handed to a :class:`Sender` thread per neighbour (links are full duplex), so a stage computes while its output is on the
 wire (a real pipeline overlaps both) and two neighbours that send to each other at the same
@@ -83,7 +85,7 @@ class Mesh:
     """Coordinates of this rank, its pipeline neighbours, and the replica-axis collective."""
 
     def __init__(self, rank: int, world_size: int, stages: int, replicas: int, network=None,
-                 ledger: CommLedger | None = None):
+                 ledger: CommLedger | None = None, dp_network=None):
         if stages * replicas != world_size:
             raise ValueError(f"stages x replicas ({stages} x {replicas}) must equal the world "
                              f"size ({world_size})")
@@ -99,7 +101,8 @@ class Mesh:
                 g = dist.new_group([r * stages + s for r in range(replicas)])
                 if s == self.stage:
                     group = g
-        self.dp = Collective(group=group, ledger=self.ledger, network=network) if group else None
+        dp_net = network if dp_network is None else dp_network
+        self.dp = Collective(group=group, ledger=self.ledger, network=dp_net) if group else None
         self.links = {n: Sender(network) for n in (self.prev, self.next) if n is not None}
         self.send_ledgers = [link.comm.ledger for link in self.links.values()]
 

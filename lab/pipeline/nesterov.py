@@ -26,9 +26,13 @@ def check_kw(momentum: float = 0.99, lr_correction: int = 0) -> None:
                          f"int >= 0, got {lr_correction!r}")
 
 
-def lookahead_optimizer(params, lr: float, momentum: float = 0.99, lr_correction: int = 0):
+def lookahead_optimizer(params, lr: float, momentum: float = 0.99, lr_correction: int = 0,
+                        weight_decay: float = 0.0):
+    """NAdam with ``beta1 = momentum``; with ``weight_decay`` the decay is decoupled (NAdamW,
+    as the authors' ``optim/nadamw.py``)."""
     check_kw(momentum, lr_correction)
-    return torch.optim.NAdam(params, lr=lr, betas=(momentum, 0.999))
+    return torch.optim.NAdam(params, lr=lr, betas=(momentum, 0.999), weight_decay=weight_decay,
+                             decoupled_weight_decay=weight_decay > 0)
 
 
 def corrected_lr(lr: float, delay: int, update: int, warmup: int) -> float:

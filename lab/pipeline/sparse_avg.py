@@ -3,10 +3,10 @@ arXiv 2601.22442, 2026, Sec. 4; the random subset in the style of SPARTA).
 
 After each step ``t`` every replica of a stage draws the same random subset ``m_t`` of a
 fraction ``rho`` of its parameters (the generator is seeded by (seed, stage, t), never by the
-replica), and the replicas average those coordinates with one allreduce of
-``rho x params x 4`` bytes on the replica-axis group. The average arrives ``tau = delay``
-steps later; meanwhile the replicas keep training. When it arrives at step ``t + tau`` the
-replica writes it into the subset:
+replica) and *starts* an allreduce of those ``rho x params x 4`` bytes on the replica-axis
+group (``Collective.allreduce_async``: gloo runs it on its own threads while this rank goes on
+computing; on an emulated link it completes after the link's modeled time). The replica waits
+for it only at step ``t + tau`` (``tau = delay``), and writes it into the subset then:
 
     x[m_t] <- xbar_t[m_t]                                   (no correction: overwrite)
     x[m_t] <- xbar_t[m_t] + tau * e[m_t]                    (EMA correction)
@@ -14,39 +14,52 @@ replica writes it into the subset:
 where ``e <- beta e + (1 - beta) (x_t - x_{t-1})`` is an exponential moving average of this
 replica's per-step drift. The stale average is ``tau`` steps behind; the replicas all follow
 (on average) the same descent direction, so moving it ``tau`` steps along the estimated drift
-approximates the average of *now*. Our reading of the paper's EMA-based correction of the
-average staleness (the paper is the authority for its exact estimator). With ``rho = 1`` and
-``tau = 0`` this is full synchronous parameter averaging every step.
+approximates the average of *now*. This is our reading of the paper's EMA-based correction of
+the average staleness (the paper is the authority for its exact estimator). With ``rho = 1``
+and ``tau = 0`` this is full synchronous parameter averaging every step.
+
+``overlap=False`` keeps the blocking variant for comparison: the allreduce is waited for at
+step ``t`` (each step pays the whole transfer) and only *applied* at ``t + tau``; it gives
+exactly the same parameters as ``overlap=True``, only slower on a slow link.
 """
 from __future__ import annotations
+
+import time
 
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ..comm import Collective
+from ..comm import Collective, CommLedger
 
 
 class SparseAverager:
     def __init__(self, params, comm: Collective, fraction: float = 0.05, delay: int = 0,
-                 ema: float | None = 0.9, seed: int = 0, stage: int = 0):
-        self.check_kw(fraction, delay, ema)
-        self.params, self.comm = list(params), comm
-        self.fraction, self.delay, self.ema = float(fraction), int(delay), ema
+                 ema: float | None = 0.9, overlap: bool = True, seed: int = 0, stage: int = 0):
+        self.check_kw(fraction, delay, ema, overlap)
+        self.params = list(params)
+        # its own ledger: an async call is recorded when it completes, from gloo's thread,
+        # and must not take the step the main thread's ledger has moved on to (see records())
+        self.comm = Collective(group=comm.group, ledger=CommLedger(), network=comm.network)
+        self.fraction, self.delay, self.ema, self.overlap = float(fraction), int(delay), ema, bool(overlap)
         self.seed, self.stage = seed, stage
         self.n = sum(p.numel() for p in self.params)
         self.k = max(1, round(self.fraction * self.n))
         self.prev = self._flat().clone()
         self.drift = torch.zeros_like(self.prev)
-        self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.pending: list[tuple[int, torch.Tensor, object]] = []   # (step sent, indices, future)
+        self.sent: list[int] = []
 
     @staticmethod
-    def check_kw(fraction: float = 0.05, delay: int = 0, ema: float | None = 0.9) -> None:
+    def check_kw(fraction: float = 0.05, delay: int = 0, ema: float | None = 0.9,
+                 overlap: bool = True) -> None:
         if not (isinstance(fraction, (int, float)) and 0.0 < fraction <= 1.0):
             raise ValueError(f"dp_kw fraction must be in (0, 1], got {fraction!r}")
         if not (isinstance(delay, int) and not isinstance(delay, bool) and delay >= 0):
             raise ValueError(f"dp_kw delay must be an int >= 0 (steps), got {delay!r}")
         if ema is not None and not (isinstance(ema, (int, float)) and 0.0 <= ema < 1.0):
             raise ValueError(f"dp_kw ema must be in [0, 1) or None (no correction), got {ema!r}")
+        if not isinstance(overlap, bool):
+            raise ValueError(f"dp_kw overlap must be True (non-blocking) or False (blocking), got {overlap!r}")
 
     def subset(self, step: int) -> torch.Tensor:
         """Indices (sorted) of the coordinates averaged after ``step``: same on every replica."""
@@ -58,22 +71,46 @@ class SparseAverager:
 
     @torch.no_grad()
     def after_step(self, step: int) -> dict:
-        """Send this step's subset; merge the averages that are due. Returns per-step info."""
+        """Start this step's subset on the wire; merge the averages that are due. Returns
+        per-step info, ``avg_wait``: seconds this step was blocked on the replica axis."""
         x = self._flat()
         if not torch.isfinite(x).all():
             raise FloatingPointError(f"non-finite parameters on stage {self.stage} at step {step}")
         if self.ema is not None:
             self.drift.mul_(self.ema).add_(x - self.prev, alpha=1.0 - self.ema)
         idx = self.subset(step)
-        values = x[idx].clone()
-        self.comm.allreduce(values, tag="avg")  # the replica axis; counted in the ledger
-        self.pending.append((step, idx, values / self.comm.world_size))
+        waited = 0.0
+        if self.overlap:
+            fut = self.comm.allreduce_async(x[idx].clone(), tag="avg")
+        else:
+            t0 = time.perf_counter()
+            fut = self.comm.allreduce_async(x[idx].clone(), tag="avg")
+            fut.wait()  # the blocking variant: the step pays the whole transfer now
+            waited += time.perf_counter() - t0
+        self.pending.append((step, idx, fut))
+        self.sent.append(step)
         merged = 0
         while self.pending and self.pending[0][0] <= step - self.delay:
-            sent, sidx, avg = self.pending.pop(0)
+            sent, sidx, fut = self.pending.pop(0)
+            t0 = time.perf_counter()
+            avg = fut.wait() / self.comm.world_size
+            waited += time.perf_counter() - t0
             lag = step - sent
             x[sidx] = avg + lag * self.drift[sidx] if self.ema is not None else avg
             merged += 1
         vector_to_parameters(x, self.params)
         self.prev = x.clone()
-        return {"avg_subset_sum": int(idx.sum()), "avg_merged": merged}
+        return {"avg_subset_sum": int(idx.sum()), "avg_merged": merged, "avg_wait": waited}
+
+    def close(self) -> None:
+        """Wait for the averages still in flight (the process group must outlive them); they
+        are not merged: training has ended."""
+        for _, _, fut in self.pending:
+            fut.wait()
+        self.pending.clear()
+
+    def records(self):
+        """This averager's ledger records, each stamped with the step that *sent* it. Records
+        are appended as calls complete; every call carries the same ``4k`` bytes, so stamping
+        them in issue order gives every step exactly its own bytes."""
+        return [r._replace(step=s) for r, s in zip(self.comm.ledger.records, self.sent)]
