@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from lab.adaptive import (DensityController, choose, compression_gains, exchange_costs,
-                          pareto_front, weighted_choice)
+from lab.adaptive import (AUTHORS_CANDIDATES, DensityController, asf_pick, choose,
+                          compression_gains, exact_choice, exchange_costs, fit_objectives,
+                          nsga2_choice, pareto_front, weighted_choice)
 from lab.aggregate import make
 from lab.comm import Collective
 from lab.runtime import launch
 
 
-def _by_hand(k, p, a, b):
+def _lab_by_hand(k, p, a, b):
     lg = math.ceil(math.log2(p))
     bcast = lg * (a + 4 * k * b)
     return {"ring": bcast + 2 * (p - 1) * a + 2 * (p - 1) / p * 4 * k * b,
@@ -22,24 +23,58 @@ def _by_hand(k, p, a, b):
             "allgather": (p - 1) * (a + 8 * k * b)}
 
 
-def test_switch_picks_lowest_modeled_cost_on_a_grid():
+def _authors_by_hand(k, p, a, b):
+    """getLatencyBWCommTime in the authors' adaptive_moo/run_MOOCompression.py, in seconds."""
+    lg = math.log(p, 2)
+    bcast = a * lg + lg * k * 4 * b
+    return {"ring": bcast + 2 * (p - 1) * a + 2 * (p - 1) * k * 4 * b / p,
+            "tree": bcast + 2 * a * lg + 2 * lg * k * 4 * b,
+            "allgather": a * lg + (p - 1) * k * 4 * 2 * b}
+
+
+def _cheapest_by_hand(k, p, a, b):
+    lg = math.ceil(math.log2(p))
+    bcast = lg * (a + 4 * k * b)
+    return {"ring": bcast + 2 * (p - 1) * a + 2 * (p - 1) / p * 4 * k * b,
+            "tree": bcast + min(lg * (a + 4 * k * b), 2 * lg * (a + 4 * k * b)),
+            "allgather": min((p - 1) * (a + 8 * k * b), lg * a + (p - 1) * 8 * k * b)}
+
+
+GRID = list(itertools.product([1e-6, 1e-4, 1e-3, 32e-3], [1e8, 1.25e8, 3.125e9, 1e11],
+                              [0.001, 0.01, 0.1], [2, 4, 16, 64, 1024]))
+
+
+@pytest.mark.parametrize("model, by_hand", [("authors", _authors_by_hand), ("lab", _lab_by_hand),
+                                            ("cheapest", _cheapest_by_hand)])
+def test_switch_picks_lowest_modeled_cost_on_a_grid(model, by_hand):
     n, picked = 1_000_000, set()
-    for a, bw, d, p in itertools.product([1e-6, 1e-4, 1e-3, 32e-3], [1e8, 1.25e8, 3.125e9, 1e11],
-                                         [0.001, 0.01, 0.1], [2, 4, 16, 64, 1024]):
+    for a, bw, d, p in GRID:
         k = round(d * n)
-        want = _by_hand(k, p, a, 1 / bw)
-        got = exchange_costs(k, p, a, 1 / bw)
+        want = by_hand(k, p, a, 1 / bw)
+        got = exchange_costs(k, p, a, 1 / bw, model=model)
         for c in want:
             assert got[c] == pytest.approx(want[c], rel=1e-12)
         best = choose(got)
         assert want[best] == min(want.values())
         picked.add(best)
-    assert picked == {"ring", "tree", "allgather"}  # the grid exercises every branch
+    assert {"ring", "allgather"} <= picked  # the grid exercises both paths
+
+
+def test_default_model_is_the_authors_and_models_disagree_somewhere():
+    assert exchange_costs(100, 8, 1e-3, 1e-9) == exchange_costs(100, 8, 1e-3, 1e-9, model="authors")
+    differ = sum(choose(exchange_costs(round(d * 1e6), p, a, 1 / bw)) !=
+                 choose(exchange_costs(round(d * 1e6), p, a, 1 / bw, model="lab"))
+                 for a, bw, d, p in GRID)
+    assert 0 < differ < len(GRID)
+    with pytest.raises(ValueError, match="model"):
+        exchange_costs(1, 2, 0, 0, model="nope")
 
 
 def test_var_adds_one_norm_allgather():
     s, v = exchange_costs(100, 8, 1e-3, 1e-9), exchange_costs(100, 8, 1e-3, 1e-9, "var")
     assert v["allgather"] == s["allgather"]
+    assert v["ring"] - s["ring"] == pytest.approx(3 * 1e-3 + 7 * 4e-9)  # authors' allgather
+    s, v = (exchange_costs(100, 8, 1e-3, 1e-9, m, "lab") for m in ("star", "var"))
     assert v["ring"] - s["ring"] == pytest.approx(7 * (1e-3 + 4e-9))
 
 
@@ -59,16 +94,64 @@ def test_compression_gain_is_norm_ratio():
     assert compression_gains(torch.zeros(5), [1, 2]) == [1.0, 1.0]
 
 
-def test_controller_trades_time_for_gain():
-    ctl = DensityController([0.001, 0.01, 0.1], smoothing=0.0)
+def test_grid_controller_trades_time_for_gain():
+    ctl = DensityController([0.001, 0.01, 0.1], smoothing=0.0, method="grid", model="lab")
     ctl.observe([0.3, 0.6, 0.9])
     # a fast link: every density costs about one latency, so the best gain wins
     assert ctl.decide(10_000, 4, 1e-3, 1 / 3.125e9) == 0.1
     # a slow link and a big model: time dominates, a low density wins
     assert ctl.decide(25_000_000, 4, 1e-4, 1 / 1.25e8) < 0.1
     assert not ctl.needs_decision(None)
-    ctl.observe([0.1, 0.1, 0.1])  # the gain at the chosen density falls: re-decide
+    ctl.observe([0.1, 0.1, 0.1])  # the gain falls: re-decide
     assert ctl.needs_decision(None)
+
+
+def _by_hand_asf(F, w):
+    F = np.asarray(F, float)
+    nF = (F - F.min(0)) / (F.max(0) - F.min(0))
+    # pymoo's ASF divides by the weights it is given; the authors give 1/w: max_i w_i nF_i
+    return int(np.argmin(np.max(nF * np.asarray(w), axis=1)))
+
+
+def test_asf_pick_matches_definition():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        F = rng.random((15, 2))
+        assert asf_pick(F, (0.6, 0.4)) == _by_hand_asf(F, (0.6, 0.4))
+
+
+def test_fits_pass_through_the_points():
+    d = list(AUTHORS_CANDIDATES)
+    times = 5 * np.exp(20 * np.array(d)) - 1  # of the authors' form: recovered exactly
+    gains = [0.9, 0.7, 0.5, 0.35, 0.2]
+    f1, f2, ok = fit_objectives(d, times, gains)
+    assert ok
+    assert np.allclose(f1(np.array(d)), times, rtol=1e-4)
+    assert np.allclose(1 / f2(np.array(d)), gains, atol=0.05)
+    assert 1 / f2(np.array([1.0])) == pytest.approx(1.0, abs=0.05)  # pinned at (1, 1)
+
+
+def test_nsga2_agrees_with_exact_search_and_is_deterministic():
+    rng = np.random.default_rng(1)
+    d, agree, n = sorted(AUTHORS_CANDIDATES), 0, 12
+    for _ in range(n):
+        g = np.sort(rng.uniform(0.05, 0.95, 5))
+        t = np.sort(rng.uniform(0.5, 5, 5)) * rng.choice([1, 10, 100])
+        f1, f2, _ = fit_objectives(d, t, g)
+        x, X, F = nsga2_choice(f1, f2, d[0], d[-1])
+        assert d[0] <= x <= d[-1] and x == nsga2_choice(f1, f2, d[0], d[-1])[0]  # seeded
+        y = exact_choice(f1, f2, d[0], d[-1])[0]
+        agree += abs(x - y) <= 0.05 * (d[-1] - d[0])
+    assert agree >= n - 2, agree  # the NSGA-II front is an approximation of the exact one
+
+
+def test_nsga2_controller_moves_with_the_link():
+    ctl = DensityController(smoothing=0.0)
+    ctl.observe([0.2, 0.35, 0.5, 0.7, 0.9])  # for 0.001 .. 0.1
+    fast = ctl.decide(1_000_000, 8, 1e-4, 1 / 1.25e9)
+    assert ctl.last["fit"] == "curve_fit" and not ctl.needs_decision(None)
+    slow = ctl.decide(1_000_000, 8, 1e-3, 1 / 1.25e6)
+    assert 0.001 <= fast <= 0.1 and 0.001 <= slow <= 0.1 and fast != slow
 
 
 @pytest.mark.parametrize("bad, word", [([], "candidates"), ([0.0, 0.1], "density"),
@@ -89,11 +172,11 @@ def test_bad_candidates_refused_before_launch():
 
 def _adaptive(ctx):
     from lab.comm import NetworkSchedule
-    sched = NetworkSchedule.parse("25Gbps,1ms:3 1Gbps,32ms:3")
+    sched = NetworkSchedule.parse("25Gbps,1ms:4 1Gbps,32ms:4")
     comm = Collective()
-    agg = make("adaptive_topk", comm, candidates=[0.01, 0.1, 0.5], probe_every=2)
+    agg = make("adaptive_topk", comm, candidates=[0.01, 0.1, 0.5], probe_every=2, warmup_steps=2)
     out = []
-    for step in range(6):
+    for step in range(8):
         comm.network = sched.at(step)
         g = torch.Generator().manual_seed(10 * step + ctx.rank)
         agg.aggregate([torch.randn(4000, generator=g) ** 3 * (1 + ctx.rank)], step)
@@ -103,8 +186,23 @@ def _adaptive(ctx):
 
 def test_controller_choice_identical_on_every_rank():
     runs = launch(_adaptive, 3)
-    assert len(runs[0]) == 6
-    for step in range(6):
+    assert len(runs[0]) == 8
+    assert [r["density"] for r in runs[0][:2]] == [1.0, 0.5]  # warm-up: 1.0 down to max candidate
+    assert [r["warmup"] for r in runs[0]] == [True] * 2 + [False] * 6
+    for step in range(8):
         assert len({(r[step]["density"], r[step]["collective"], r[step]["leader"])
                     for r in runs}) == 1
-        assert runs[0][step]["gain"] == pytest.approx(runs[1][step]["gain"], abs=0)
+        assert runs[0][step]["gains"] == runs[1][step]["gains"]
+    assert runs[0][2]["decide_s"] > 0 and runs[0][4]["decide_s"] > 0  # after warm-up, new link
+
+
+@pytest.mark.parametrize("kw, word", [(dict(method="pareto"), "method"),
+                                      (dict(warmup_steps=-1), "warmup_steps"),
+                                      (dict(cost_model="fast"), "model"),
+                                      (dict(leader="max", variant="var"), "leader")])
+def test_adaptive_bad_arguments_refused(kw, word):
+    with pytest.raises(ValueError, match=word):
+        make("adaptive_topk", Collective(), **kw)
+    from lab.train import TrainConfig
+    with pytest.raises(ValueError, match=word):
+        TrainConfig(aggregator="adaptive_topk", aggregator_kw=kw).check_workers(2)

@@ -15,9 +15,10 @@ def _grad(rank, step):
     return torch.randn(N, generator=g) * (1 + rank)  # ranks differ in scale: VAR has a choice
 
 
-def _run(ctx, variant, collective="auto", network=None):
+def _run(ctx, variant, collective="auto", network=None, kw=None):
     comm = Collective(network=network)
-    agg = make("artopk", comm, variant=variant, density=DENSITY, collective=collective)
+    agg = make("artopk", comm, variant=variant, density=DENSITY, collective=collective,
+               **(kw or {}))
     out = []
     for step in range(STEPS):
         before = len(comm.ledger.records)
@@ -34,7 +35,7 @@ def _run(ctx, variant, collective="auto", network=None):
 
 @pytest.mark.parametrize("variant", ["star", "var"])
 def test_shared_indices_equal_from_scratch_and_ef_identity(variant):
-    runs = launch(_run, 3, variant, "ring")
+    runs = launch(_run, 3, variant, "ring", None, dict(window=2))
     p = len(runs)
     for step in range(STEPS):
         infos = [r[step]["info"] for r in runs]
@@ -125,3 +126,54 @@ def test_nan_refused():
     agg = make("artopk", Collective())
     with pytest.raises(FloatingPointError):
         agg.aggregate([torch.tensor([1.0, float("nan")])], 0)
+
+
+def _windowed_by_hand(norms, window, s):
+    """The authors' EWMAMeter (miscellaneous/helper.py), written out: 0 until the window is
+    full, then the newest value weighted (1-s), the oldest (1-s)^window."""
+    out = []
+    for t in range(len(norms)):
+        if t + 1 < window:
+            out.append(0.0)
+            continue
+        vals = norms[t + 1 - window:t + 1]
+        w = [(1 - s) ** (window - i) for i in range(window)]
+        out.append(sum(a * b for a, b in zip(w, vals)) / sum(w))
+    return out
+
+
+def _var_leaders(ctx, steps, window, smoothing):
+    comm = Collective()
+    agg = make("artopk", comm, variant="var", density=DENSITY, collective="ring",
+               window=window, smoothing=smoothing)
+    out = []
+    for step in range(steps):
+        # rank scales cross over: rank 0 large early, rank 2 large late, so the leader moves
+        g = torch.randn(N, generator=torch.Generator().manual_seed(7 * step + ctx.rank))
+        g = g * (1 + (ctx.rank if step >= steps // 2 else 2 - ctx.rank))
+        agg.aggregate([g], step)
+        out.append((float(g.norm()), agg.info()["leader"]))
+    return out
+
+
+def test_var_leader_is_largest_windowed_smoothed_raw_norm():
+    steps, window, s = 12, 4, 0.3
+    runs = launch(_var_leaders, 3, steps, window, s)
+    smoothed = [_windowed_by_hand([n for n, _ in r], window, s) for r in runs]
+    leaders = [runs[0][t][1] for t in range(steps)]
+    for t in range(steps):
+        assert len({r[t][1] for r in runs}) == 1
+        col = [sm[t] for sm in smoothed]
+        assert leaders[t] == col.index(max(col))  # argmax, first on ties
+    assert leaders[:window - 1] == [0] * (window - 1)  # window not full: all zero, rank 0
+    assert leaders[-1] == 2 and 0 in leaders[window:]  # the leader followed the norms
+
+
+def test_var_leader_ema_variant():
+    agg = make("artopk", Collective(), variant="var", leader="ema")
+    assert agg.var_leader.rule == "ema" and agg.var_leader.smoothing == 0.9
+    assert not agg.var_leader.raw_norm
+    with pytest.raises(ValueError, match="leader"):
+        make("artopk", Collective(), variant="var", leader="biggest")
+    with pytest.raises(ValueError, match="window"):
+        make("artopk", Collective(), variant="var", window=0)

@@ -2,15 +2,19 @@
 alpha-beta model, and the multi-objective controller over the density.
 
 Tyagi & Swany, "Flexible Communication for Optimal Distributed Learning over Unpredictable
-Networks", IEEE BigData 2023 (arXiv 2312.02493). One idea per module:
+Networks", IEEE BigData 2023 (arXiv 2312.02493); the authors' code is sahiltyagi4/ARTopk
+(``flexible_compression/``). One idea per module:
 
 - ``leader``: who picks the shared indices (STAR round-robin, VAR largest smoothed norm)
 - ``switching``: modeled cost of each way to exchange a Top-k gradient, and the cheapest
-- ``moo``: compression gain, Pareto front over candidate densities, weighted pick
+- ``moo``: compression gain, curve fits, NSGA-II and the ASF pick (or an exact search)
 """
-from .leader import VarLeader, star_leader
-from .moo import DensityController, compression_gains, pareto_front, weighted_choice
-from .switching import COLLECTIVES, choose, exchange_costs
+from .leader import LEADER_RULES, VarLeader, WindowedEWMA, star_leader
+from .moo import (AUTHORS_CANDIDATES, DensityController, asf_pick, compression_gains,
+                  exact_choice, fit_objectives, nsga2_choice, pareto_front, weighted_choice)
+from .switching import COLLECTIVES, COST_MODELS, choose, exchange_costs
 
-__all__ = ["COLLECTIVES", "DensityController", "VarLeader", "choose", "compression_gains",
-           "exchange_costs", "pareto_front", "star_leader", "weighted_choice"]
+__all__ = ["AUTHORS_CANDIDATES", "COLLECTIVES", "COST_MODELS", "DensityController",
+           "LEADER_RULES", "VarLeader", "WindowedEWMA", "asf_pick", "choose",
+           "compression_gains", "exact_choice", "exchange_costs", "fit_objectives",
+           "nsga2_choice", "pareto_front", "star_leader", "weighted_choice"]

@@ -1,28 +1,43 @@
 """Choosing the density online as a two-objective problem (Tyagi & Swany, BigData 2023, Sec. III-C).
 
-For candidate densities ``d`` the paper minimises together
+Over candidate densities ``d`` (the paper's "CR"; the authors' code uses 0.1, 0.033, 0.011,
+0.004, 0.001) two objectives are minimised together:
 
-- f1(d): the modeled communication time of a step at density d (the cheapest collective of
-  :mod:`.switching` at the current network), and
+- f1(d): the modeled communication time of a step at density d, in ms (the cheapest collective
+  of :mod:`.switching` on the link in force; the authors' code also prices it with its model,
+  ``updateCommunicationCost``), and
 - f2(d) = 1 / gamma(d), the inverse of the compression gain
   ``gamma(d) = ||top_{dN}(g + e)|| / ||g + e||``, smoothed over steps and averaged over ranks.
 
-The paper finds the Pareto front with NSGA-II; with a handful of candidates an exact search
-over the grid finds the same front, so we do that. One point of the front is chosen by
-weights (0.6 on time, 0.4 on gain) after dividing each objective by its largest value over
-the candidates (our reading: the paper does not state the normalisation; dividing by the
-maximum keeps tiny differences tiny, unlike min-max scaling).
+``method="nsga2"`` (default) is the authors' procedure (``adaptive_moo/model_moo.py`` and
+``optimizeMultiObjectives`` in ``adaptive_moo/run_MOOCompression.py``): scipy ``curve_fit`` of
+``f1 = v2 exp(v1 d) - 1`` and of the tanh-like gain
+``(e^{v1 d} - e^{-v2 d} + v5) / (e^{v3 d} + e^{-v4 d} + v6)`` through the candidates plus the
+pinned points (0, 0) and (1, 1); NSGA-II (pymoo: population 40, 10 offspring, SBX 0.9/15,
+PM 20, 40 generations, seed 1) over the continuous interval [min d, max d]; the front normalised
+by its ideal and nadir points; the pick by the achievement scalarising function with weights
+0.6 (time) / 0.4 (gain). Deviations: we fit once per decision, not once per evaluation, and
+vectorise the evaluation (same result, less time); where a fit does not converge we fall back
+to linear interpolation through the points (the authors' code would stop), and say so in
+``last["fit"]``. :func:`exact_choice` solves the same problem by exhaustive search on a fine
+grid, the cross-check. ``method="grid"`` is the lab's earlier reading: a weighted sum over the
+candidate points only, each objective divided by its maximum.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import warnings
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..compress.topk import check_density, resolve_k
-from .switching import choose, exchange_costs
+from .switching import exchange_costs
+
+#: The authors' candidate densities (``candidateCRs`` in run_MOOCompression.py).
+AUTHORS_CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
+METHODS = ("nsga2", "grid")
 
 
 def compression_gains(acc: torch.Tensor, ks: Sequence[int]) -> list[float]:
@@ -54,17 +69,103 @@ def weighted_choice(f1, f2, weights=(0.6, 0.4)) -> int:
     return min((i for i in range(len(a)) if front[i]), key=lambda i: (score[i], i))
 
 
+# -- the authors' procedure ------------------------------------------------------------------
+def _exp_time(x, v1, v2):
+    return v2 * np.exp(v1 * x) - 1
+
+
+def _tanh_gain(x, v1, v2, v3, v4, v5, v6):
+    return (np.exp(v1 * x) - np.exp(-v2 * x) + v5) / (np.exp(v3 * x) + np.exp(-v4 * x) + v6)
+
+
+def _fit(fn, x, y) -> tuple[Callable, bool]:
+    """``fn`` fitted to (x, y) by scipy, or (if it fails, or there are fewer points than
+    parameters) linear interpolation; and whether the fit converged."""
+    from scipy.optimize import curve_fit
+    order = np.argsort(x)
+    xs, ys = np.asarray(x, float)[order], np.asarray(y, float)[order]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            params, _ = curve_fit(fn, xs, ys, maxfev=20_000)
+        if np.all(np.isfinite(params)) and np.all(np.isfinite(fn(xs, *params))):
+            return (lambda d: fn(np.asarray(d, float), *params)), True
+    except (RuntimeError, TypeError, ValueError, OverflowError, FloatingPointError):
+        pass
+    return (lambda d: np.interp(d, xs, ys)), False
+
+
+def fit_objectives(candidates, times_ms, gains) -> tuple[Callable, Callable, bool]:
+    """The authors' fits: f1(d) (ms) and f2(d) = 1/gain(d), and whether both converged."""
+    t, ok_t = _fit(_exp_time, candidates, times_ms)
+    g, ok_g = _fit(_tanh_gain, list(candidates) + [1.0, 0.0], list(gains) + [1.0, 0.0])
+    return t, (lambda d: 1.0 / np.clip(g(d), 1e-6, None)), ok_t and ok_g
+
+
+def asf_pick(F: np.ndarray, weights=(0.6, 0.4)) -> int:
+    """Row of ``F`` (points x 2 objectives) with the lowest achievement scalarising function
+    after ideal/nadir normalisation (pymoo ``ASF`` with weights ``1/weights``, as the authors)."""
+    from pymoo.decomposition.asf import ASF
+    F = np.asarray(F, float)
+    span = F.max(axis=0) - F.min(axis=0)
+    nF = (F - F.min(axis=0)) / np.where(span > 0, span, 1.0)
+    return int(ASF().do(nF, 1 / np.asarray(weights, float)).argmin())
+
+
+def nsga2_choice(f1: Callable, f2: Callable, lo: float, hi: float, weights=(0.6, 0.4),
+                 seed: int = 1) -> tuple[float, np.ndarray, np.ndarray]:
+    """The authors' NSGA-II run over [lo, hi]; returns (chosen d, front X, front F)."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.core.problem import Problem
+    from pymoo.operators.crossover.sbx import SBX
+    from pymoo.operators.mutation.pm import PM
+    from pymoo.operators.sampling.rnd import FloatRandomSampling
+    from pymoo.optimize import minimize
+    from pymoo.termination import get_termination
+
+    class _Problem(Problem):
+        def __init__(self):
+            super().__init__(n_var=1, n_obj=2, xl=np.array([lo]), xu=np.array([hi]))
+
+        def _evaluate(self, x, out, *args, **kwargs):
+            out["F"] = np.column_stack([f1(x[:, 0]), f2(x[:, 0])])
+
+    algo = NSGA2(pop_size=40, n_offsprings=10, sampling=FloatRandomSampling(),
+                 crossover=SBX(prob=0.9, eta=15), mutation=PM(eta=20), eliminate_duplicates=True)
+    res = minimize(_Problem(), algo, get_termination("n_gen", 40), seed=seed, verbose=False)
+    X, F = np.asarray(res.X, float).reshape(-1), np.asarray(res.F, float).reshape(-1, 2)
+    return float(X[asf_pick(F, weights)]), X, F
+
+
+def exact_choice(f1: Callable, f2: Callable, lo: float, hi: float, weights=(0.6, 0.4),
+                 points: int = 4001) -> tuple[float, np.ndarray, np.ndarray]:
+    """The same problem solved by exhaustive search: the Pareto front of ``points`` evenly
+    spaced densities in [lo, hi], normalised and picked as :func:`nsga2_choice` does."""
+    x = np.linspace(lo, hi, points)
+    F = np.column_stack([f1(x), f2(x)])
+    order = np.lexsort((F[:, 1], F[:, 0]))  # by f1, then f2: one pass finds the front
+    keep, best = [], math.inf
+    for i in order:
+        if F[i, 1] < best:
+            keep.append(i)
+            best = F[i, 1]
+    X, F = x[keep], F[keep]
+    return float(X[asf_pick(F, weights)]), X, F
+
+
 class DensityController:
     """The state of the online choice: smoothed gains per candidate, the density in force, and
-    when to re-decide (first call, a new network, or the smoothed gain at the chosen density
-    moved by more than ``shift`` relative to when it was chosen).
+    when to re-decide (first call, a new network, or the mean smoothed gain moved by more than
+    ``shift`` relative to when it was chosen).
 
     Callers feed it quantities that are identical on every rank (allreduced gains, the link
-    in force), so every rank takes the same decision without a broadcast.
+    in force), so every rank takes the same decision without a broadcast (NSGA-II is seeded).
+    ``last`` holds the inputs and outputs of the latest decision, for plots.
     """
 
-    def __init__(self, candidates: Sequence[float], weights=(0.6, 0.4), smoothing: float = 0.9,
-                 shift: float = 0.1):
+    def __init__(self, candidates: Sequence[float] = AUTHORS_CANDIDATES, weights=(0.6, 0.4),
+                 smoothing: float = 0.9, shift: float = 0.1, method: str = "nsga2",
+                 model: str = "authors"):
         if not isinstance(candidates, (list, tuple)) or not candidates:
             raise ValueError(f"candidates must be a non-empty list of densities, got {candidates!r}")
         for d in candidates:
@@ -75,11 +176,19 @@ class DensityController:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
         if not shift > 0:
             raise ValueError(f"shift must be > 0, got {shift!r}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        exchange_costs(1, 2, 0.0, 0.0, model=model)  # raises on an unknown model
         self.candidates = sorted(set(float(d) for d in candidates))
+        if method == "nsga2" and len(self.candidates) < 3:
+            raise ValueError(f"candidates: method='nsga2' fits curves and needs >= 3 densities, "
+                             f"got {self.candidates}")
         self.weights, self.smoothing, self.shift = tuple(weights), float(smoothing), float(shift)
+        self.method, self.model = method, model
         self.gains: np.ndarray | None = None
-        self.index: int | None = None
+        self._density: float | None = None
         self._decided_net, self._decided_gain = object(), math.nan
+        self.last: dict = {}
         self.last_times: list[float] = []
 
     def ks(self, n: int) -> list[int]:
@@ -93,26 +202,39 @@ class DensityController:
         self.gains = g if self.gains is None else s * self.gains + (1 - s) * g
 
     def needs_decision(self, network) -> bool:
-        if self.index is None or network != self._decided_net:
+        if self._density is None or network != self._decided_net:
             return True
-        now = self.gains[self.index]
+        now = float(np.mean(self.gains))
         return abs(now - self._decided_gain) > self.shift * self._decided_gain
+
+    def times(self, n: int, p: int, alpha: float, beta: float, variant: str = "star") -> list[float]:
+        """Modeled seconds of the cheapest exchange at each candidate density."""
+        return [min(exchange_costs(k, p, alpha, beta, variant, self.model).values())
+                for k in self.ks(n)]
 
     def decide(self, n: int, p: int, alpha: float, beta: float, variant: str = "star",
                network=None) -> float:
         """Re-choose the density from the smoothed gains and the modeled times."""
         if self.gains is None:
             raise RuntimeError("decide() before any observe(): no gains measured yet")
-        self.last_times = [min(exchange_costs(k, p, alpha, beta, variant).values())
-                           for k in self.ks(n)]
-        self.index = weighted_choice(self.last_times, 1.0 / np.maximum(self.gains, 1e-12),
-                                     self.weights)
-        self._decided_net, self._decided_gain = network, self.gains[self.index]
-        return self.candidates[self.index]
+        self.last_times = self.times(n, p, alpha, beta, variant)
+        d = self.candidates
+        if self.method == "grid":
+            i = weighted_choice(self.last_times, 1.0 / np.maximum(self.gains, 1e-12), self.weights)
+            self._density, fit = d[i], "none"
+        else:
+            f1, f2, ok = fit_objectives(d, 1e3 * np.asarray(self.last_times), self.gains)
+            self._density = nsga2_choice(f1, f2, d[0], d[-1], self.weights)[0]
+            fit = "curve_fit" if ok else "interp"
+        self.last = {"times_s": list(self.last_times), "gains": [float(g) for g in self.gains],
+                     "density": self._density, "fit": fit}
+        self._decided_net, self._decided_gain = network, float(np.mean(self.gains))
+        return self._density
 
     @property
     def density(self) -> float | None:
-        return None if self.index is None else self.candidates[self.index]
+        return self._density
 
 
-__all__ = ["DensityController", "choose", "compression_gains", "pareto_front", "weighted_choice"]
+__all__ = ["AUTHORS_CANDIDATES", "DensityController", "asf_pick", "compression_gains",
+           "exact_choice", "fit_objectives", "nsga2_choice", "pareto_front", "weighted_choice"]

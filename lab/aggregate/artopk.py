@@ -5,7 +5,8 @@ Networks", IEEE BigData 2023 (arXiv 2312.02493), Sec. III. Per step, on the erro
 gradient ``a = g + e`` of each rank (``e`` starts at zero):
 
 1. a leader ``r`` is chosen (``variant="star"``: round-robin; ``"var"``: largest smoothed
-   norm, see :mod:`lab.adaptive.leader`);
+   norm, by default the authors' windowed EWMA of ``||g||``, ``leader="ema"`` the lab's EMA
+   of ``||g + e||``; see :mod:`lab.adaptive.leader`);
 2. the leader takes ``I = top_k(a_r)`` and broadcasts the k int32 indices;
 3. every rank takes its own ``a[I]``; one dense allreduce (ring or tree) sums the k values;
 4. each rank keeps its own residual ``e <- a - a[I]`` (zero at I).
@@ -13,7 +14,7 @@ gradient ``a = g + e`` of each rank (``e`` starts at zero):
 Per-rank traffic is 4k + 4k bytes whatever the world size. ``collective="allgather"`` is
 plain Top-k instead (every rank its own indices; values and indices allgathered), and
 ``"auto"`` picks, each step, the option with the lowest modeled cost
-(:mod:`lab.adaptive.switching`) on the link in force (``comm.network``; without an emulated
+(:mod:`lab.adaptive.switching`; ``cost_model="authors"`` by default) on the link in force (``comm.network``; without an emulated
 network, the ``model_network`` preset is priced). The chosen tree allreduce is emulated with
 the tree model. Fixes over the reference code: the residual starts at zero (not
 ``torch.empty``), nothing calls CUDA on a CPU run, and indices travel as the int32 they are priced at.
@@ -26,7 +27,7 @@ import inspect
 
 import torch
 
-from ..adaptive import COLLECTIVES, VarLeader, choose, exchange_costs, star_leader
+from ..adaptive import COLLECTIVES, COST_MODELS, VarLeader, choose, exchange_costs, star_leader
 from ..comm import Network
 from ..compress.base import check_finite
 from ..compress.topk import check_density, resolve_k, topk_indices
@@ -43,21 +44,28 @@ class ARTopK(Aggregator):
     name = "artopk"
 
     def __init__(self, comm, layerwise: bool = False, variant: str = "star",
-                 density: float = 0.01, collective: str = "auto", smoothing: float = 0.9,
+                 density: float = 0.01, collective: str = "auto", leader: str = "windowed",
+                 window: int = 25, smoothing: float | None = None, cost_model: str = "authors",
                  model_network: str = "10gbps", measure_overlap: bool = False):
-        self.validate(variant=variant, density=density, collective=collective)
+        self.validate(variant=variant, density=density, collective=collective,
+                      cost_model=cost_model, leader=leader, window=window, smoothing=smoothing)
         self.measure_overlap = bool(measure_overlap)
         super().__init__(comm, None, layerwise)
         self.variant, self.density, self.collective = variant, density, collective
         self.model_network = Network.parse(model_network)
         if self.model_network is None:
             raise ValueError("model_network must name a link, e.g. '10gbps'")
-        self.var_leader = VarLeader(comm, smoothing) if variant == "var" else None
+        self.cost_model = cost_model
+        self.var_leader = VarLeader(comm, leader, window, smoothing) if variant == "var" else None
         self.residuals: dict = {}
         self._info: dict = {}
 
     @staticmethod
-    def validate(variant="star", density=0.01, collective="auto", **_):
+    def validate(variant="star", density=0.01, collective="auto", cost_model="authors",
+                 leader="windowed", window=25, smoothing=None, **_):
+        VarLeader(None, leader, window, smoothing)  # raises on bad leader options
+        if cost_model not in COST_MODELS:
+            raise ValueError(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         check_density(density, None)
@@ -86,10 +94,11 @@ class ARTopK(Aggregator):
         """The density of this step (fixed here; chosen online by ``adaptive_topk``)."""
         return self.density
 
-    def leader(self, acc: torch.Tensor, step: int) -> int:
+    def leader(self, acc: torch.Tensor, step: int, grad: torch.Tensor | None = None) -> int:
         if self.var_leader is None:
             return star_leader(step, self.comm.world_size)
-        return self.var_leader.pick(float(acc.norm()))
+        raw = self.var_leader.raw_norm and grad is not None
+        return self.var_leader.pick(float((grad if raw else acc).norm()))
 
     @contextlib.contextmanager
     def _emulate(self, algorithm: str):
@@ -112,7 +121,8 @@ class ARTopK(Aggregator):
         density = self.density_for(acc, step)
         k = resolve_k(n, density)
         net = self.link()
-        costs = exchange_costs(k, p, net.latency, 1.0 / net.bandwidth, self.variant)
+        costs = exchange_costs(k, p, net.latency, 1.0 / net.bandwidth, self.variant,
+                               self.cost_model)
         collective = choose(costs) if self.collective == "auto" else self.collective
         total, overlap = torch.zeros_like(acc), 1.0  # allgather: each rank sends its own top-k
         if collective == "allgather":
@@ -122,7 +132,7 @@ class ARTopK(Aggregator):
                                                          tag="artopk:allgather", same_size=True):
                 total.index_add_(0, ids.long(), vals)
         else:
-            leader = self.leader(acc, step)
+            leader = self.leader(acc, step, flat)
             idx = (topk_indices(acc, k).to(torch.int32) if self.comm.rank == leader
                    else torch.zeros(k, dtype=torch.int32))
             self.comm.broadcast(idx, src=leader, tag="artopk:indices")

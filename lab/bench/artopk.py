@@ -5,8 +5,9 @@
 entries through an aggregator, on loopback or an emulated link, in real processes: the median
 wall time on rank 0 (``ms``; ``x memcpy`` is that over a ``clone()`` of the gradient), the bytes
 rank 0 sent and received per exchange (ledger), and the modeled time on the link. The
-``controller`` rows time ``adaptive_topk``'s density choice alone (gain measurement, its
-allreduce and the Pareto search) with a probe every step: its overhead per step.
+``controller`` rows time ``adaptive_topk``'s density choice (``probe``: gain measurement, its
+allreduce and, on the first step, a decision; ``re-decision``: the curve fits, NSGA-II and ASF
+pick alone, or the lab's grid search), for the authors' method and the grid.
 """
 from __future__ import annotations
 
@@ -58,12 +59,22 @@ def _bench(ctx, size, density, networks, repeats):
                          "ms": 1e3 * med, "x memcpy": med / copy, "sent B": sent,
                          "recv B": recv, "modeled ms": 1e3 * modeled,
                          "chosen": agg.info().get("collective", "-")})
-    agg = aggregate.make("adaptive_topk", Collective(), probe_every=1)  # probe every step
-    times = [_timed(lambda s=s: agg.density_for(x, s)) for s in range(repeats + 1)][1:]
-    rows.append({"p": ctx.world_size, "network": "none", "scheme": "controller (per step)",
-                 "ms": 1e3 * statistics.median(times),
-                 "x memcpy": statistics.median(times) / copy, "sent B": 4 * len(agg.controller.candidates),
-                 "recv B": 4 * len(agg.controller.candidates), "modeled ms": 0.0, "chosen": "-"})
+    for method in ("nsga2", "grid"):
+        agg = aggregate.make("adaptive_topk", Collective(), probe_every=1, warmup_steps=0,
+                             method=method)  # probe every step
+        times = [_timed(lambda s=s: agg.density_for(x, s)) for s in range(repeats + 1)][1:]
+        ctl = agg.controller  # one re-decision alone (fits + NSGA-II + ASF, or the grid)
+        decide = [_timed(lambda: ctl.decide(size, ctx.world_size, 1e-3, 1 / 1.25e8))
+                  for _ in range(repeats)]
+        rows.append({"p": ctx.world_size, "network": "none",
+                     "scheme": f"controller {method} (probe)", "ms": 1e3 * statistics.median(times),
+                     "x memcpy": statistics.median(times) / copy,
+                     "sent B": 4 * len(ctl.candidates), "recv B": 4 * len(ctl.candidates),
+                     "modeled ms": 0.0, "chosen": f"{ctl.density:.4f}"})
+        rows.append({"p": ctx.world_size, "network": "none",
+                     "scheme": f"controller {method} (re-decision)",
+                     "ms": 1e3 * statistics.median(decide), "x memcpy": statistics.median(decide) / copy,
+                     "sent B": 0, "recv B": 0, "modeled ms": 0.0, "chosen": f"{ctl.density:.4f}"})
     return rows
 
 

@@ -42,6 +42,19 @@ def allgather_ring(m: float, p: int, alpha: float, beta: float) -> float:
     return (p - 1) * (alpha + m * beta)
 
 
+def allgather_recursive_doubling(m: float, p: int, alpha: float, beta: float) -> float:
+    """Recursive-doubling allgather of ``m`` bytes per rank: ``ceil(log2 p) a + (p-1) m b``
+    (Thakur et al. 2005, Sec. 4.1; exact for p a power of two)."""
+    _check(m, p)
+    return math.ceil(math.log2(p)) * alpha + (p - 1) * m * beta
+
+
+def allreduce_reduce_broadcast(n: float, p: int, alpha: float, beta: float) -> float:
+    """Binomial-tree reduce then binomial-tree broadcast: ``2 ceil(log2 p) (a + n b)``."""
+    _check(n, p)
+    return 2 * math.ceil(math.log2(p)) * (alpha + n * beta)
+
+
 def reduce_scatter_ring(n: float, p: int, alpha: float, beta: float) -> float:
     """Ring reduce-scatter of ``n`` bytes: ``(p-1) a + (p-1)/p n b``."""
     _check(n, p)
