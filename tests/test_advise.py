@@ -63,3 +63,13 @@ def test_ranking_orders_by_time_and_scales_a_users_model():
 def test_bad_input_is_named(kw, msg):
     with pytest.raises(ValueError, match=msg):
         advise(**{"model": "mlp", "workers": 2, "network": "1gbps", **kw})
+
+
+def test_stored_curves_are_used_only_for_the_settings_they_were_measured_with():
+    from lab.advise.predict import convergence
+    conv = convergence("mlp")
+    assert conv and conv["settings"]["topk+ef"]["compressor"] == "topk"
+    assert penalty(conv, "topk+ef", 4)[1] is not None           # measured, same settings
+    changed = {**conv, "settings": {**conv["settings"],
+                                    "topk+ef": {**conv["settings"]["topk+ef"], "lr": 1.0}}}
+    assert "other settings" in penalty(changed, "topk+ef", 4)[2]

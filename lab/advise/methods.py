@@ -47,8 +47,10 @@ METHODS = {m.name: m for m in (
            dict(compressor="dgc", compressor_kw={"density": 0.01, "warmup_steps": 5}, **EF),
            "deep gradient compression (Lin et al. 2018): its own momentum correction, so none "
            "in the optimizer"),
-    Method("artopk", "adaptive", dict(aggregator="adaptive_topk", **EF),
-           "AR-Topk: the collective and density chosen by the cost model (Part 8)"),
+    Method("artopk", "adaptive",
+           dict(aggregator="adaptive_topk", aggregator_kw={"warmup_steps": 5}, **EF),
+           "AR-Topk: collective and density chosen by the authors' controller (Part 8), with "
+           "a 5-step warm-up so that a 16-step profile sees it settled"),
     Method("powersgd", "low rank", dict(aggregator="powersgd", aggregator_kw={"rank": 2}, **SGD),
            "PowerSGD rank 2 with error feedback (Vogels et al. 2019)"),
     Method("sketchsgd", "sketch",

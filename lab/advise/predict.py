@@ -86,6 +86,8 @@ def penalty(conv: dict, method: str, p: int, target: float | None = None
     target = conv.get("target") if target is None else target
     if method not in curves or "fp32" not in curves or target is None:
         return 1.0, None, "convergence not measured: assumed equal to fp32"
+    if not _same_settings(conv, method):
+        return 1.0, None, "curves measured with other settings (rerun lab bench grid)"
     worlds = sorted(int(w) for w in curves[method] if w in curves["fp32"])
     if not worlds:
         return 1.0, None, "convergence not measured: assumed equal to fp32"
@@ -96,6 +98,17 @@ def penalty(conv: dict, method: str, p: int, target: float | None = None
     if mine is None:
         return math.inf, ref, f"did not reach {target} in the measured run ({w} ranks)"
     return mine / ref, ref, f"{mine / ref:.2f}x fp32's steps to {target} (measured at {w} ranks)"
+
+
+def _same_settings(conv: dict, method: str) -> bool:
+    """Whether the stored curves were measured with the method's current settings."""
+    stored = conv.get("settings", {}).get(method)
+    if stored is None or "model" not in stored:
+        return stored is None and "settings" not in conv   # hand-made data in tests
+    from .methods import base_config
+    now = METHODS[method].config(base_config(stored["model"])).to_dict()
+    keep = lambda d: {k: v for k, v in d.items() if k not in ("steps", "eval_every")}  # noqa: E731
+    return keep(json.loads(json.dumps(now, default=str))) == keep(stored)
 
 
 def predict(profiles: dict[str, StepProfile], p: int, link: Network, model: str,

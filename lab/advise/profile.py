@@ -12,6 +12,7 @@ Profiles are cached per machine, model and method in ``~/.cache/lab/advise`` (ov
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -67,9 +68,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LAB_ADVISE_CACHE", Path.home() / ".cache" / "lab" / "advise"))
 
 
-def _key(model: str, world: int, steps: int) -> Path:
+def _digest(cfg) -> str:
+    """A short hash of a TrainConfig: a cached profile is reused only for the same training."""
+    text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _key(model: str, world: int) -> Path:
     machine = f"{platform.node()}-{os.cpu_count()}cpu"
-    return cache_dir() / f"{machine}-{model}-w{world}-s{steps}.json"
+    return cache_dir() / f"{machine}-{model}-w{world}.json"
 
 
 def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: int = 16,
@@ -80,18 +87,21 @@ def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: in
     from .methods import base_config
     if world < 1 or steps < 2:
         raise ValueError(f"world must be >= 1 and steps >= 2, got world={world}, steps={steps}")
-    path = _key(model, world, steps)
+    base = (base or base_config(model)).with_(steps=steps, eval_every=0)
+    path = _key(model, world)
     cached = json.loads(path.read_text()) if use_cache and path.exists() else {}
-    out = {m.name: StepProfile(**cached[m.name]) for m in methods if m.name in cached}
+    digest = {m.name: _digest(m.config(base)) for m in methods}
+    out = {m.name: StepProfile(**cached[m.name]["profile"]) for m in methods
+           if cached.get(m.name, {}).get("config") == digest[m.name]}
     todo = [m for m in methods if m.name not in out]
     if todo:
-        base = (base or base_config(model)).with_(steps=steps, eval_every=0)
         hists = train_many([m.config(base) for m in todo], world, progress=False)
         for m, h in zip(todo, hists):
             out[m.name] = summarise(h, m.name, model, _params(base))
         if use_cache:
             path.parent.mkdir(parents=True, exist_ok=True)
-            cached.update({k: asdict(v) for k, v in out.items()})
+            cached.update({m.name: {"config": digest[m.name], "profile": asdict(out[m.name])}
+                           for m in todo})
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(cached, indent=1))
             tmp.replace(path)

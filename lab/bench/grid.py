@@ -38,6 +38,14 @@ def provenance(argv) -> dict:
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 
 
+def settings(model: str, methods=None) -> dict:
+    """Each method's TrainConfig as the grid ran it (the advisor uses a curve only for the same
+    settings)."""
+    from ..advise.methods import METHODS, base_config
+    return {name: METHODS[name].config(base_config(model)).to_dict()
+            for name in (methods or METHODS)}
+
+
 def curves(model: str, worlds, steps: int, eval_every: int, methods=None) -> dict:
     """``{method: {world: [[step, acc], ...]}}``: held-out accuracy along each run."""
     from ..advise.methods import METHODS, base_config
@@ -102,6 +110,7 @@ def main(argv=None) -> int:
         data = {"_meta": meta}
         for model in a.models:
             data[model] = {"target": TARGETS[model], "steps": a.steps, "eval_every": a.eval_every,
+                           "settings": settings(model, a.methods),
                            "curves": curves(model, a.workers, a.steps, a.eval_every, a.methods)}
         _write(a.out_convergence, data)
     if a.part in ("timed", "all"):
