@@ -8,9 +8,12 @@ character-level text.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 from .data import Dataset
 from .registry import Registry
@@ -153,3 +156,56 @@ def loss_fn(task: str):
 
 def names() -> list[str]:
     return REGISTRY.names()
+
+
+class ForwardTrace(NamedTuple):
+    """What one forward pass did with the parameters (:func:`trace_forward`)."""
+
+    params: list          # every parameter, in the order the forward pass first used it
+    site: dict            # id(parameter) -> the innermost module running at that first use
+
+
+class _FirstUse(TorchFunctionMode):
+    """Note every parameter handed to a torch function, the first time it is."""
+
+    def __init__(self, params, stack):
+        super().__init__()
+        self.ids, self.stack, self.order, self.site = {id(p): p for p in params}, stack, [], {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        for a in tree_leaves((args, kwargs or {})):
+            if id(a) in self.ids and id(a) not in self.site:
+                self.order.append(self.ids[id(a)])
+                self.site[id(a)] = self.stack[-1]
+        return func(*args, **(kwargs or {}))
+
+
+def trace_forward(model: nn.Module, x: torch.Tensor) -> ForwardTrace:
+    """The order in which ``model``'s forward pass on ``x`` first uses each parameter, and the
+    module whose forward is running then: P3 (Jayarajan et al., SysML 2019, Section 4) gives
+    priorities by *forward* order, which registration order need not be (``gpt``'s pre-norm
+    block registers ``norm1`` after ``linear2`` and uses it first; attention reads
+    ``out_proj.weight`` without calling ``out_proj``). One batch, no gradient, eval mode, no
+    side effect on the model. Parameters the pass never used come last, in registration order,
+    with the model itself as their site."""
+    params, stack = list(model.parameters()), [model]
+    handles = []
+
+    def leave(_m, _i, _o):  # returns None: the output is left alone
+        stack.pop()
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(lambda mod, _i: stack.append(mod) and None))
+        handles.append(m.register_forward_hook(leave))
+    was_training = model.training
+    model.eval()
+    mode = _FirstUse(params, stack)
+    try:
+        with torch.no_grad(), mode:
+            model(x)
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    seen = set(mode.site)
+    rest = [p for p in params if id(p) not in seen]
+    return ForwardTrace(mode.order + rest, {**mode.site, **{id(p): model for p in rest}})

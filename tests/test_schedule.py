@@ -141,28 +141,23 @@ def test_no_deadlock_and_same_model_under_random_per_rank_delays():
             assert torch.allclose(params, ref, rtol=1e-5, atol=1e-6)
 
 
-def _fail_in_comm_thread(ctx, cfg, how):
+def _fail_in_comm_thread(ctx, cfg):
     from lab.aggregate.dense import DenseAllreduce
-    plain = DenseAllreduce.reduce_async
+    plain = DenseAllreduce.reduce
 
-    def reduce_async(self, tensor, key, step, out=None):
+    def reduce(self, tensor, key, step):
         if ctx.rank == 1 and step == 2:
-            error = RuntimeError("injected failure in the communication thread")
-            if how == "raise":
-                raise error
-            fut = torch.futures.Future()  # the exchange itself fails, on gloo's side
-            fut.set_exception(error)
-            return fut
-        return plain(self, tensor, key, step, out)
-    DenseAllreduce.reduce_async = reduce_async
+            raise RuntimeError("injected failure in the communication thread")
+        return plain(self, tensor, key, step)
+    DenseAllreduce.reduce = reduce
     return loop.train_rank(ctx, cfg)
 
 
-@pytest.mark.parametrize("how,in_flight", [("raise", 1), ("future", 4)])
-def test_a_rank_failing_during_overlapped_comm_ends_all_ranks(how, in_flight):
+@pytest.mark.parametrize("in_flight", [1, 4])
+def test_a_rank_failing_during_overlapped_comm_ends_all_ranks(in_flight):
     with pytest.raises(LaunchError, match="injected failure"):
         launch(_fail_in_comm_thread, 2, _cfg("p3", steps=6, schedule_kw={"in_flight": in_flight}),
-               how, timeout=60)
+               timeout=60)
 
 
 def test_bad_arguments_are_refused_before_launch():
@@ -198,3 +193,53 @@ def test_layer_times_reads_forward_and_ready_offsets_from_a_timeline():
                              ("ready", 1, t0 + 9 * scale), ("ready", 0, t0 + 12 * scale)]})
     fwd, ready = layer_times(h)
     assert fwd.tolist() == [1.0, 2.0, 3.0] and ready.tolist() == [6.0, 3.0, 1.0]
+
+
+# -- the lean engine: virtual link clock, messages, real calls ----------------------------
+def test_link_clock_books_the_cost_model_and_never_delivers_before_the_bytes():
+    from lab.comm.network import LinkClock
+    cost = lambda n: 0.5 + n / 100.0          # noqa: E731  alpha 0.5 s, 100 B/s
+    one = LinkClock(in_flight=1)
+    one.issue = 1.0
+    assert one.book(cost, 100, arrived=0.0) == pytest.approx(1.5)     # modeled 1.5 s, alone
+    assert one.spans == [(1.0, 2.5)]
+    one.pieces = [(0.5, 2.0), (0.5, 2.0)]                              # two messages, one real call
+    assert one.book(cost, 200, arrived=9.0) == pytest.approx(3.0)
+    assert [e for _, e in one.spans] == [9.0, 9.0]                     # delivered when the bytes are
+    assert one.free == pytest.approx(5.5)                              # 2.5 + 1.5 + 1.5: the link's own time
+    many = LinkClock(in_flight=4)
+    many.pieces = [(0.25, 0.0)] * 4                                    # four 1 s messages in flight
+    many.book(cost, 400, arrived=0.0)
+    assert [e for _, e in many.spans] == pytest.approx([1.5, 2.5, 3.5, 4.5])  # one latency, bytes queue
+    with pytest.raises(ValueError, match="in_flight"):
+        LinkClock(0)
+
+
+def test_messages_join_small_ready_units_and_calls_never_wait_for_a_later_layer():
+    from lab.schedule.plan import batches, coalesce
+    units = make_units([10, 10, 100], 50)             # layer 2: two slices of 50
+    ready = [0.95, 0.95, 0.0]                         # layers 0, 1 overtake layer 2's second slice
+    xfer = [1.0] * len(units)
+    order = issue_order(units, ready, xfer, priority=True)
+    msgs = coalesce(units, order, ready, xfer, 50)
+    assert sorted(i for m in msgs for i in m) == list(range(len(units)))
+    assert [[units[i].layer for i in m] for m in msgs] == [[2], [0, 1], [2]]  # the two small layers join
+    assert coalesce(units, order, ready, xfer, 0) == [[i] for i in order]
+    with pytest.raises(ValueError, match="coalesce"):
+        coalesce(units, order, ready, xfer, -1)
+    calls = batches(units, msgs, ready, xfer, [0.1] * len(units))
+    assert calls == [[0], [1, 2]]                     # the first slice does not wait for layers 0, 1
+    assert batches(units, msgs, ready, xfer, [2.0] * len(units)) == [[0], [1], [2]]  # too slow to join
+
+
+def test_predict_is_the_one_prediction_and_sync_is_compute_plus_one_allreduce():
+    from lab.comm import Network
+    from lab.schedule.plan import predict
+    net = Network.parse("1Gbps,0.1ms")
+    sizes, fwd, ready = [1000, 200_000, 5000], [0.001, 0.002, 0.001], [0.004, 0.002, 0.0005]
+    sync = predict(sizes, fwd, ready, "sync", net, 2)
+    assert sync == pytest.approx(sum(fwd) + max(ready) + net.time("allreduce", 4 * sum(sizes), 2))
+    for s in OVERLAPPING:
+        t = predict(sizes, fwd, ready, s, net, 2)
+        assert max(sum(fwd) + max(ready), net.time("allreduce", 4 * sum(sizes), 2)) <= t * (1 + 1e-9)
+        assert t < sync

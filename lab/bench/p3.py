@@ -1,9 +1,9 @@
 """``python -m lab bench p3 [--quick] [--json]``: the schedules of Part 7, measured.
 
-1. ``schedule_table``: time per step of every schedule (sync, fifo, p3 and the ablations) for
-   the VGG-like and the ResNet-like model at three emulated bandwidths, relative to ``sync``,
-   beside the alpha-beta bound on what overlap can buy: (C + T) / max(C, T) for compute C and
-   modeled exchange time T.
+1. ``schedule_table``: time per step of every schedule (sync, fifo, the two ablations, p3) for
+   the VGG-like and the ResNet-like model, 2 and 4 ranks, four emulated links, measured and
+   predicted (:func:`lab.schedule.plan.predict` on per-layer times measured in the same run),
+   with both speedups over ``sync``, their ratio, and the final loss against ``sync``'s.
 2. ``engine_cost``: the overlap engine's own cost with no emulated network (target:
    ``fifo``/``p3`` within 5% of ``sync``): on 1 rank (no collectives: hooks, thread and waits
    only) and on 2 ranks over loopback (plus gloo's real cost per extra collective), with one
@@ -28,11 +28,12 @@ import numpy as np
 import torch
 
 from ..runtime import launch
+from ..schedule import plan
 from ..train import TrainConfig, train_many
 from .table import print_rows
 
-SCHEDULES = ("sync", "fifo", "p3", "slicing-only", "priority-only")
-NETWORKS = ("300Mbps,0.1ms", "1Gbps,0.1ms", "10Gbps,0.1ms")
+SCHEDULES = ("sync", "fifo", "slicing-only", "priority-only", "p3")
+NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "1Gbps,0.1ms", "3Gbps,0.1ms")
 MODELS = {"vgg": {"channels": 16, "fc": 512}, "resnet": {"channels": 32, "blocks": 2}}
 
 
@@ -57,23 +58,104 @@ def bound(sync_h, warmup: int = 2) -> float:
     return (c + t) / max(c, t)
 
 
+def layer_sizes(model: str) -> list[int]:
+    """Values per layer of the benchmark's ``model``, in traced forward order (the engine's)."""
+    from .. import data as data_mod, models
+    from ..schedule.overlap import traced_layers
+    d = data_mod.load("digits")
+    m = models.make(model, d, **MODELS.get(model, {}))
+    layers, _ = traced_layers(m, d.batch(0, 8, 0, 1)[0])
+    return [sum(p.numel() for p in ps) for _, ps in layers]
+
+
 def schedule_table(models=("vgg", "resnet"), networks=NETWORKS, schedules=SCHEDULES,
-                   workers: int = 2, steps: int = 10) -> list[dict]:
+                   workers=(2, 4), rounds: int = 4, block: int = 3) -> list[dict]:
+    """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
+    phase of a shared machine hits every schedule alike): the step time (see :func:`turns`), the step time
+    predicted from per-layer times measured in the same session on as many ranks
+    (:func:`lab.schedule.plan.predict`), both speedups over ``sync``, their ratio, the final
+    loss's distance from ``sync``'s and the largest final-parameter difference."""
     rows = []
-    for model in models:
-        cfgs = [config(model, s, n, steps) for n in networks for s in schedules]
-        hs = iter(train_many(cfgs, workers, timeout=120 + 20 * len(cfgs), progress=False))
-        for n in networks:
-            got = {s: next(hs) for s in schedules}
-            base = step_ms(got["sync"])
-            row = {"model": model, "network": got["sync"].config["network"] or n,
-                   "sync ms/step": round(base, 1),
-                   "compute ms": round(1e3 * float(np.median(got["sync"].compute_s[2:])), 1),
-                   "overlap bound": round(bound(got["sync"]), 3)}
-            for s in schedules[1:]:
-                row[s] = round(base / step_ms(got[s]), 3)
-            rows.append(row)
+    for w in workers:
+        for model in models:
+            timeline = config(model, "fifo", None, 24).with_(schedule_kw={"timeline": True})
+            fwd, ready = layer_times(train_many([timeline], w, progress=False)[0])
+            sizes = layer_sizes(model)
+            cfgs = [config(model, s, n, rounds * block) for n in networks for s in schedules]
+            got = dict(zip([(c.network, c.schedule) for c in cfgs],
+                           turns(cfgs, w, rounds, block, timeout=300 + 20 * len(cfgs))))
+            for n in networks:
+                pred = {s: 1e3 * plan.predict(sizes, fwd, ready, s, n, w) for s in schedules}
+                base, loss = got[n, "sync"]["ms"], got[n, "sync"]["loss"][-1]
+                for s in schedules:
+                    sp, psp = base / got[n, s]["ms"], pred["sync"] / pred[s]
+                    rows.append({"model": model, "ranks": w, "link": n, "schedule": s,
+                                 "ms/step": round(got[n, s]["ms"], 1), "predicted ms": round(pred[s], 1),
+                                 "speedup": round(sp, 3), "predicted speedup": round(psp, 3),
+                                 "measured/predicted": round(sp / psp, 3),
+                                 "loss - sync": float(f"{got[n, s]['loss'][-1] - loss:.2g}"),
+                                 "param diff": float(f"{got[n, s]['param_diff']:.2g}")})
     return rows
+
+
+def _turns_rank(ctx, cfgs, rounds: int, block: int):
+    from .. import schedule
+    from ..comm import Collective, CommLedger
+    from ..train.loop import engine
+    runs = []
+    for cfg in cfgs:
+        comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
+        e = engine(ctx, cfg, comm)
+        runs.append((cfg, comm, e, schedule.make(cfg.schedule, e, **cfg.schedule_kw), [], []))
+    try:
+        for r in range(rounds):
+            for cfg, comm, e, s, times, losses in runs:
+                for k in range(block):
+                    step = r * block + k
+                    comm.ledger.step = step
+                    x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
+                    t0 = time.perf_counter()
+                    res = s.step(step, x, y)
+                    times.append(time.perf_counter() - t0)
+                    losses.append(res.loss)
+                if hasattr(s, "drain"):   # its exchange must not run into the next schedule's turn
+                    s.drain()
+    finally:
+        for run in runs:
+            run[3].close()
+    return [{"step_s": times, "loss": losses,
+             "bytes": sum(r.bytes for r in comm.ledger.records if r.tag != "plan"),
+             "params": torch.cat([p.detach().reshape(-1) for p in e.params])}
+            for _, comm, e, _, times, losses in runs]
+
+
+def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 600) -> list[dict]:
+    """Run ``cfgs`` on the same ``workers`` ranks *in turns*: ``block`` steps of each, round
+    after round, so a slow phase of a shared machine hits every schedule alike (the way
+    ``ddp_hook`` times two hooks). Per config: ``ms``, the median over rounds of each turn's
+    mean steady step (the first step of each turn is left out: it starts with nothing in flight;
+    a turn's mean, not single steps, because an overlapping schedule's step can borrow time
+    from the step before it), ``median_ms`` over all steady steps, every step's seconds, the losses, the
+    training bytes rank 0 sent (not the overlap engine's one-off plan exchange), and the largest difference of its final parameters from the first
+    config's over all ranks (``param_diff``). Every config needs ``steps = rounds * block``."""
+    if isinstance(block, bool) or not isinstance(block, int) or block < 2:
+        raise ValueError(f"turns: block must be an int >= 2 (steps per turn), got {block!r}")
+    for c in cfgs:
+        c.check_workers(workers)
+        if c.steps != rounds * block:
+            raise ValueError(f"turns: each config needs steps = rounds * block = {rounds * block}, "
+                             f"got {c.steps} ({c.name})")
+    res = launch(_turns_rank, workers, list(cfgs), rounds, block, timeout=timeout)
+    out = []
+    for i in range(len(cfgs)):
+        r0 = res[0][i]
+        steady = [t for j, t in enumerate(r0["step_s"]) if j % block]
+        turn = [float(np.mean(steady[k:k + block - 1])) for k in range(0, len(steady), block - 1)]
+        diff = max(float((r[i]["params"] - r[0]["params"]).abs().max()) for r in res)
+        out.append({"ms": 1e3 * float(np.median(turn)), "median_ms": 1e3 * float(np.median(steady)),
+                    "step_s": r0["step_s"],
+                    "loss": r0["loss"], "bytes": r0["bytes"], "param_diff": diff})
+    return out
 
 
 def layer_times(h, warmup: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -180,9 +262,12 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer steps")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.add_argument("--workers", type=int, default=2,
-                   help="ranks for the schedule table (default 2: on a 2-core machine 4 ranks "
-                        "leave the communication threads no spare core)")
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 4],
+                   help="rank counts for the schedule table (default: 2 4)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="rounds of turns in the schedule table, 3 steps of each schedule per round "
+                        "(default 4)")
+    p.add_argument("--only", choices=["schedules"], help="only the schedule table")
     p.add_argument("--layers", metavar="FILE",
                    help="only record the per-layer compute profile of each model, as JSON")
     a = p.parse_args(argv)
@@ -193,14 +278,17 @@ def main(argv=None) -> int:
             json.dump(prof, f, indent=1)
         print(f"per-layer profile written to {a.layers}")
         return 0
-    steps = 6 if a.quick else 12
-    out = {"schedules": schedule_table(workers=a.workers, steps=steps),
-           "engine_cost": engine_cost(steps=15 if a.quick else 30, repeats=2 if a.quick else 3),
-           "ddp_hook": ddp_hook(steps=15 if a.quick else 30)}
+    if min(a.workers) < 1 or a.rounds < 1:
+        p.error("--workers and --rounds must be >= 1")
+    out = {"schedules": schedule_table(workers=tuple(a.workers), rounds=2 if a.quick else a.rounds)}
+    if a.only is None:
+        out["engine_cost"] = engine_cost(steps=15 if a.quick else 30, repeats=2 if a.quick else 3)
+        out["ddp_hook"] = ddp_hook(steps=15 if a.quick else 30)
     if a.json:
         print(json.dumps(out, indent=1))
-    else:
-        print_rows(out["schedules"], f"throughput vs sync ({a.workers} ranks, emulated network)")
+        return 0
+    print_rows(out["schedules"], "step time by schedule, measured and predicted (emulated links)")
+    if a.only is None:
         print_rows(out["engine_cost"], "overlap engine cost, no emulated link (1 rank: engine only; 2 ranks: loopback)")
         print_rows(out["ddp_hook"], "DDP step, fp16 hook (2 ranks, VGG-like)")
     return 0

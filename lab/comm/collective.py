@@ -5,7 +5,8 @@ with the bytes of the tensors this rank handed over (padding included; a broadca
 its source only), the bytes that arrived in its output buffers from other ranks
 (``recv_bytes``: an allgather's grows with the world size), the measured time, and the modeled
 time on the emulated network. With a :class:`Network`, a call that finished early
-sleeps until its modeled time has passed.
+sleeps until its modeled time has passed; with a :class:`LinkClock` in ``clock`` (a
+communication thread's copy) it books the link instead and returns at once.
 
 Without an initialised process group the collective acts as a world of one (useful in tests
 and notebooks); every op then returns its input and records zero bytes.
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from .ledger import CommLedger
-from .network import Network
+from .network import LinkClock, Network
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT}
@@ -53,6 +54,7 @@ class Collective:
         self.backend = dist.get_backend(group) if self.distributed else "none"
         self._link_free = 0.0  # when the emulated link has sent the bytes of every async call
         self._link_lock = threading.Lock()
+        self.clock: LinkClock | None = None  # set: calls book the link and do not sleep
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _run(self, op: str, tag: str, nbytes: int, fn, model_bytes: int | None = None,
@@ -64,10 +66,14 @@ class Collective:
         modeled = 0.0
         if self.network is not None and self.world_size > 1:
             nb = nbytes if model_bytes is None else model_bytes
-            modeled = self.network.time(op, nb, self.world_size)
-            left = modeled - (time.perf_counter() - start)
-            if left > 0:
-                time.sleep(left)
+            if self.clock is not None:  # the caller waits on the clock's spans, not here
+                modeled = self.clock.book(lambda n: self.network.time(op, n, self.world_size),
+                                          nb, time.perf_counter())
+            else:
+                modeled = self.network.time(op, nb, self.world_size)
+                left = modeled - (time.perf_counter() - start)
+                if left > 0:
+                    time.sleep(left)
         solo = self.world_size == 1
         seconds = 0.0 if solo else time.perf_counter() - start
         self.ledger.add(op, tag, 0 if solo else nbytes, seconds, modeled,

@@ -70,6 +70,47 @@ class Network:
         return cls(latency=lat, bandwidth=bw, name=spec)
 
 
+class LinkClock:
+    """A virtual clock for one rank's emulated link, shared by the exchanges of a communication
+    thread that does not sleep: the real bytes move through gloo/NCCL at once, and
+    :meth:`book` says when the emulated link would have delivered them. A waiter sleeps only
+    until then (no timer per call). The timing is the link model of
+    :meth:`lab.comm.Collective.allreduce_async` and :func:`lab.schedule.plan.predict_step`:
+    alone, a message ends its modeled time after it was issued, as a blocking call would; with
+    fewer than ``in_flight`` before it still on the wire, its latency overlaps theirs and its
+    bytes queue behind theirs; delivered no earlier than its real bytes arrived (a late real
+    call delays its own delivery, not the emulated link's timeline).
+
+    One real call may carry several messages of the emulated link (``pieces``: each a fraction
+    of the call's bytes and the time it was ready to go): each is booked, and pays its latency,
+    on its own, so the modeled time is the same as with one real call per message."""
+
+    def __init__(self, in_flight: int = 1):
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise ValueError(f"in_flight must be a positive int, got {in_flight!r}")
+        self.in_flight = in_flight
+        self.issue = 0.0     # when the caller's data was ready to go (set by the caller)
+        self.pieces: list[tuple[float, float]] | None = None  # (fraction, ready) per message
+        self.free = 0.0      # when the link has carried every booked byte
+        self.ends: list[float] = []
+        self.spans: list[tuple[float, float]] = []  # the last call's messages: (start, end)
+
+    def book(self, cost, nbytes: float, arrived: float) -> float:
+        """Book a real call of ``nbytes`` whose bytes were all here at ``arrived``; ``cost(n)``
+        is the modeled seconds of ``n`` bytes. Returns the modeled seconds of its messages."""
+        total, self.spans = 0.0, []
+        for frac, ready in self.pieces or [(1.0, self.issue)]:
+            modeled, latency = cost(nbytes * frac), cost(0)
+            window = self.ends[-self.in_flight] if len(self.ends) >= self.in_flight else 0.0
+            start = max(ready, window)
+            end = max(start + modeled, self.free + modeled - min(latency, modeled))
+            self.free = end   # the emulated link's own timeline: real delays do not move it
+            self.ends = self.ends[-self.in_flight:] + [end]
+            self.spans.append((start, max(end, arrived)))
+            total += modeled
+        return total
+
+
 def _fmt_bits(bits_per_s: float) -> str:
     for unit, f in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
         if bits_per_s >= f:

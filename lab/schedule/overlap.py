@@ -1,25 +1,30 @@
 """The overlap engine shared by ``fifo``, ``p3`` and the ablations.
 
+- layers are the modules that own parameters, in the order one traced forward pass first uses
+  them (:func:`lab.models.trace_forward`), not registration order; each waits in the pre-hook
+  of the module that uses it (attention reads ``out_proj`` without calling it);
 - backward hands each layer's gradient to communication as soon as it is accumulated
   (``register_post_accumulate_grad_hook`` on every parameter of the layer);
-- one daemon thread drains a queue of steps, exchanges the units (whole layers or slices) of
-  each step through the aggregator in an order fixed in advance (:mod:`lab.schedule.plan`: the
-  same on every rank), and when a layer's last unit is back applies that layer's optimizer step;
-- up to ``in_flight`` units are on the wire at once (default 1: each pays the link's latency
-  on its own; more let their latencies overlap, as the slices sent to P3's parameter servers
-  do, but a high-priority slice that becomes ready then queues behind more sent ones);
-- the next forward waits per layer (a forward pre-hook) only for the layer it is about to run,
-  so layer 0 can start while the last layers are still on the wire.
+- one long-lived thread per rank sends *messages* in an order fixed in advance
+  (:mod:`lab.schedule.plan`: the same on every rank; adjacent small units coalesced), each one
+  real collective through the aggregator; it never sleeps on the emulated link: its
+  :class:`~lab.comm.network.LinkClock` says when the link would have delivered each message;
+- when a layer's last unit is back the thread applies that layer's optimizer step, and the
+  layer is available at ``max(link delivery + update time, now)``;
+- the next forward waits per layer (a forward pre-hook), sleeping only until that time, so
+  layer 0 can start while the last layers are still on the (emulated) wire.
 
 The main thread's time spent waiting is the *exposed* communication (``StepResult.comm_s``);
-the rest of the thread's time in collectives is *overlapped* (series ``overlapped_comm_s``).
-Every byte still goes through ``lab.comm`` and lands in the ledger; records carry the step
-whose gradient they carry. An exception in the thread wakes the main thread, which re-raises
-it, so a failing rank still ends the launch with its traceback.
+the link's busy time not waited for is *overlapped* (series ``overlapped_comm_s``); the thread's
+wall time in real calls (including waiting for the other ranks' threads) and updates is the
+series ``thread_s``; ``messages`` and ``calls`` count the link's messages and the real calls
+per step. Every byte still goes through
+``lab.comm`` and lands in the ledger; records carry the step whose gradient they carry. An
+exception in the thread wakes the main thread, which re-raises it, so a failing rank still ends
+the launch with its traceback.
 """
 from __future__ import annotations
 
-import collections
 import copy
 import queue
 import threading
@@ -28,9 +33,12 @@ import time
 import torch
 
 from ..comm import CommLedger, Network
+from ..comm.network import LinkClock
 from ..engine import StepResult
+from ..models import trace_forward
 from .base import Schedule
-from .plan import check_in_flight, check_slice_size, issue_order, make_units
+from .plan import (P3_SLICE_SIZE, batches, check_in_flight, check_slice_size, coalesce, issue_order,
+                   make_units)
 
 # Planning only (never a clock): a loopback link as measured with gloo on a 2-core machine.
 LOOPBACK = Network(latency=3e-4, bandwidth=0.7e9, name="loopback")
@@ -41,12 +49,35 @@ class _Abort(Exception):
     pass
 
 
+def traced_layers(model, x, params=None):
+    """The layers of ``model`` (each module with parameters, with those of its own in
+    ``params``, default all) in the order a forward pass on ``x`` first uses them
+    (:func:`lab.models.trace_forward`), and for each waiting site (the module running at a
+    layer's first use) the indices of the layers it must wait for."""
+    owned = {id(p) for p in (model.parameters() if params is None else params)}
+    tr = trace_forward(model, x)
+    owner = {id(p): m for m in model.modules() for p in m.parameters(recurse=False)}
+    layers, index, sites = [], {}, {}
+    for p in tr.params:
+        if id(p) not in owned:
+            continue
+        m = owner[id(p)]
+        if id(m) not in index:
+            index[id(m)] = len(layers)
+            layers.append((m, []))
+            sites.setdefault(tr.site[id(p)], []).append(index[id(m)])
+        layers[index[id(m)]][1].append(p)
+    return layers, sites
+
+
 class Overlap(Schedule):
     """Exchange layer by layer during backward; subclasses set ``slice_size`` and ``priority``."""
 
     slice_size: int | None = None   # None: whole layers
     priority: bool = False          # False: backward (FIFO) order; True: forward order first
-    options = ("in_flight", "timeline")  # schedule_kw this schedule accepts
+    coalesce: int | None = None     # values per message, adjacent small units joined (0: off;
+                                    # None: the slice size, or P3's for whole layers)
+    options = ("in_flight", "timeline", "coalesce")  # schedule_kw this schedule accepts
 
     @classmethod
     def check(cls, cfg, workers) -> None:
@@ -58,6 +89,8 @@ class Overlap(Schedule):
             check_slice_size(cfg.schedule_kw["slice_size"])
         if "in_flight" in cfg.schedule_kw:
             check_in_flight(cfg.schedule_kw["in_flight"])
+        if "coalesce" in cfg.schedule_kw:
+            coalesce([], [], [], [], cfg.schedule_kw["coalesce"])
         for arg, value, default in (("averaging", cfg.averaging, "none"), ("attack", cfg.attack, "none"),
                                     ("sync", cfg.sync, "allreduce")):
             if value != default:
@@ -68,43 +101,47 @@ class Overlap(Schedule):
                              f"'allreduce' or 'compressed' (a codec), got {cfg.aggregator!r}")
 
     def __init__(self, engine, slice_size: int | None = None, timeline: bool = False,
-                 in_flight: int = 1):
+                 in_flight: int = 1, coalesce: int | None = None):
         super().__init__(engine)
         e = engine
         if slice_size is not None:
             check_slice_size(slice_size)
             self.slice_size = slice_size
+        # messages up to one slice (whole-layer schedules: up to P3's slice size, like DDP's buckets)
+        self.coalesce = coalesce if coalesce is not None else (self.slice_size or P3_SLICE_SIZE)
         check_in_flight(in_flight)
         self.in_flight = in_flight
         self.timeline = bool(timeline)
-        owned = {id(p) for p in e.params}
-        self.layers = [(m, [p for p in m.parameters(recurse=False) if id(p) in owned])
-                       for m in e.model.modules()]
-        self.layers = [(m, ps) for m, ps in self.layers if ps]   # forward (registration) order
+        self.layers, sites = self._trace()
         sizes = [sum(p.numel() for p in ps) for _, ps in self.layers]
         self.units = make_units(sizes, self.slice_size)
         # one optimizer per layer, so a layer is updated the moment its gradient is back
         opt = e.optimizer
         self.opts = [type(opt)(ps, **opt.defaults) for _, ps in self.layers]
-        # the thread's Collective: same group, network and ledger records; its own step counter
+        # the thread's Collective: same group, network and ledger records; its own step
+        # counter; a virtual link clock instead of sleeping
         self.comm = copy.copy(e.comm)
         self.comm.ledger = CommLedger(records=e.comm.ledger.records)
+        self.comm.clock = LinkClock(in_flight)
         e.aggregator.comm = self.comm
         n = len(self.layers)
         self.ready = [threading.Event() for _ in range(n)]
         self.applied = [threading.Event() for _ in range(n)]
         for ev in self.applied:
             ev.set()
+        self.ready_t = [0.0] * n    # when each layer's gradient was ready (this step)
+        self.avail_t = [0.0] * n    # when each layer's new parameters are there (emulated)
         self.ready_at = self._profile()
         self._plans: dict = {}
         self._hooks = []
-        for layer, (m, ps) in enumerate(self.layers):
-            self._hooks.append(m.register_forward_pre_hook(self._before_forward(layer)))
+        for site, layers in sites.items():
+            self._hooks.append(site.register_forward_pre_hook(self._before_forward(layers)))
+        for layer, (_, ps) in enumerate(self.layers):
             for p in ps:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready(layer)))
         self.origin = time.perf_counter()
-        self.events, self.busy, self.waited, self._last_end = [], 0.0, 0.0, 0.0
-        self._wake = threading.Event()  # a gradient is ready or an exchange has finished
+        self.events, self.waited = [], 0.0
+        self.link_busy, self.thread_s = 0.0, 0.0
         self.error: BaseException | None = None
         self.stopping, self.closed = False, False
         self.jobs: queue.Queue = queue.Queue()
@@ -112,6 +149,11 @@ class Overlap(Schedule):
         self.thread.start()
 
     # -- planning -------------------------------------------------------------------------
+    def _trace(self):
+        e = self.engine
+        x, _ = e.data.batch(0, e.cfg.batch_size, e.rank, e.world_size, e.cfg.seed)
+        return traced_layers(e.model, x.to(e.device), e.params)
+
     def _profile(self) -> list[float]:
         """When each layer's gradient is ready, seconds after backward starts: one measured
         backward (eval mode: BatchNorm statistics untouched), then the maximum over ranks, so
@@ -139,12 +181,17 @@ class Overlap(Schedule):
         e.comm.allreduce(ready, op="max", tag="plan")
         return ready.tolist()
 
-    def plan(self, network: Network | None) -> list[int]:
-        """The issue order of the units on ``network`` (cached; the same on every rank)."""
+    def plan(self, network: Network | None) -> tuple[list[list[int]], list[list[int]]]:
+        """On ``network``: the messages (lists of unit indices, in issue order) and the real
+        calls that carry them (lists of message indices); cached, the same on every rank."""
         if network not in self._plans:
-            net = network or LOOPBACK
-            xfer = [net.time("allreduce", 4 * u.numel, self.engine.world_size) for u in self.units]
-            self._plans[network] = issue_order(self.units, self.ready_at, xfer, self.priority)
+            net, p = network or LOOPBACK, self.engine.world_size
+            xfer = [net.time("allreduce", 4 * u.numel, p) for u in self.units]
+            order = issue_order(self.units, self.ready_at, xfer, self.priority)
+            msgs = coalesce(self.units, order, self.ready_at, xfer, self.coalesce)
+            real = [LOOPBACK.time("allreduce", 4 * u.numel, p) - LOOPBACK.time("allreduce", 0, p)
+                    for u in self.units]   # bytes only: the call pays one real latency
+            self._plans[network] = msgs, batches(self.units, msgs, self.ready_at, xfer, real)
         return self._plans[network]
 
     # -- hooks (main thread) --------------------------------------------------------------
@@ -152,26 +199,32 @@ class Overlap(Schedule):
         def hook(_p):
             self._left[layer] -= 1
             if self._left[layer] == 0:
+                self.ready_t[layer] = time.perf_counter()
                 self._event("ready", layer)
                 self.ready[layer].set()
-                self._wake.set()
         return hook
 
-    def _before_forward(self, layer):
+    def _before_forward(self, layers):
         def hook(_module, _inputs):
-            self._wait(self.applied[layer])
-            self._event("fwd", layer)
+            for layer in layers:
+                self._wait(layer)
+                self._event("fwd", layer)
         return hook
 
-    def _wait(self, ev: threading.Event) -> None:
+    def _wait(self, layer: int) -> None:
+        """Until ``layer``'s update is applied and its emulated delivery time has passed."""
         t0 = time.perf_counter()
+        ev = self.applied[layer]
         while not ev.wait(_POLL):
             if self.error is not None or not self.thread.is_alive():
                 break
-        self.waited += time.perf_counter() - t0
         if self.error is not None:
             raise RuntimeError(f"rank {self.engine.rank}: the communication thread failed") \
                 from self.error
+        left = self.avail_t[layer] - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+        self.waited += time.perf_counter() - t0
 
     def _event(self, *ev) -> None:
         if self.timeline:
@@ -181,11 +234,11 @@ class Overlap(Schedule):
     def step(self, step, x, y):
         e = self.engine
         t0 = time.perf_counter()
-        self.waited, busy0 = 0.0, self.busy
+        self.waited, busy0, thread0 = 0.0, self.link_busy, self.thread_s
         self._event("start", -1)
         out = e.model(x)                       # waits, layer by layer, for the last exchange
-        for ev in self.applied:                # layers the forward did not reach
-            self._wait(ev)
+        for layer in range(len(self.layers)):  # layers the forward did not use
+            self._wait(layer)
         loss = e.loss_fn(out, y)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"step {step}: loss is {loss.item()} on rank {e.rank} "
@@ -195,18 +248,21 @@ class Overlap(Schedule):
         for r, a in zip(self.ready, self.applied):
             r.clear()
             a.clear()
-        self.jobs.put((step, self.plan(e.comm.network), e.comm.network))
+        plan = self.plan(e.comm.network)
+        self.jobs.put((step, plan, e.comm.network))
         self._event("backward", -1)
         loss.backward()
         if e.straggler is not None:  # slows compute, not the waiting
             e.straggler.pause(time.perf_counter() - t0 - self.waited)
         if step == e.cfg.steps - 1:            # the last step: the model must be complete
-            for ev in self.applied:
-                self._wait(ev)
+            for layer in range(len(self.layers)):
+                self._wait(layer)
         self._event("end", -1)
         wall = time.perf_counter() - t0
         exposed = self.waited
-        info = {"overlapped_comm_s": max(0.0, self.busy - busy0 - exposed)}
+        # the previous step's exchange ran during this one: busy link and thread time so far
+        info = {"overlapped_comm_s": max(0.0, self.link_busy - busy0 - exposed),
+                "thread_s": self.thread_s - thread0, "messages": len(plan[0]), "calls": len(plan[1])}
         if self.timeline:
             info["events"], self.events = self.events, []
         return StepResult(float(loss.detach()), wall - exposed, exposed, comm_s=exposed,
@@ -224,60 +280,69 @@ class Overlap(Schedule):
             for ev in self.applied:
                 ev.set()
 
-    def _exchange(self, step: int, order: list[int], network) -> None:
-        e = self.engine
+    def _exchange(self, step: int, plan, network) -> None:
+        e, clock = self.engine, self.comm.clock
+        msgs, calls = plan
         self.comm.ledger.step, self.comm.network = step, network
-        flat, left, pending = {}, [0] * len(self.layers), collections.deque()
+        left = [0] * len(self.layers)
         for u in self.units:
             left[u.layer] += 1
-        for i in order:
-            u = self.units[i]
-            self._until(lambda: self.ready[u.layer].is_set(), pending, left, flat)
-            if u.layer not in flat:  # the layer's gradient as one vector, and room for its mean
-                g = torch.cat([p.grad.reshape(-1) for p in self.layers[u.layer][1]])
-                flat[u.layer] = (g, torch.empty_like(g))
-            self._until(lambda: len(pending) < self.in_flight, pending, left, flat)
-            grad, avg = flat[u.layer]
-            unit = {"unit": u, "start": time.perf_counter()}
-            unit["future"] = fut = e.aggregator.reduce_async(
-                grad[u.start:u.stop], (u.layer, u.start), step, out=avg[u.start:u.stop])
-            pending.append(unit)
-            fut.add_done_callback(lambda _f, unit=unit: self._arrived(unit))
-        self._until(lambda: not pending, pending, left, flat)
+        flat: dict = {}
+        for call in calls:
+            units = [self.units[i] for k in call for i in msgs[k]]
+            for u in units:
+                self._until_ready(u.layer)
+                if u.layer not in flat:  # the layer's gradient as one vector
+                    flat[u.layer] = torch.cat([p.grad.reshape(-1) for p in self.layers[u.layer][1]])
+            t0, free = time.perf_counter(), clock.free
+            total = sum(u.numel for u in units)
+            clock.pieces = [(sum(self.units[i].numel for i in msgs[k]) / total,
+                             max(self.ready_t[self.units[i].layer] for i in msgs[k])) for k in call]
+            parts = [flat[u.layer][u.start:u.stop] for u in units]
+            avg = e.aggregator.reduce(parts[0] if len(parts) == 1 else torch.cat(parts),
+                                      (units[0].layer, units[0].start), step)
+            now = time.perf_counter()
+            spans = clock.spans if network is not None else [(t0, now)] * len(call)
+            self.link_busy += max(0.0, spans[-1][1] - max(spans[0][0], free))
+            at = 0
+            for k, (start, end) in zip(call, spans):
+                end = max(end, now)
+                self._event("send", sum(self.units[i].numel for i in msgs[k]),
+                            start - self.origin, end - self.origin)
+                for i in msgs[k]:
+                    u = self.units[i]
+                    flat[u.layer][u.start:u.stop].copy_(avg[at:at + u.numel])
+                    at += u.numel
+                    self._event("comm", u.layer, u.start, start - self.origin, end - self.origin)
+                    left[u.layer] -= 1
+                    if left[u.layer] == 0:
+                        self._apply(u.layer, flat.pop(u.layer), end)
+            self.thread_s += time.perf_counter() - t0
 
-    def _arrived(self, unit: dict) -> None:  # any thread: the unit's exchange is complete
-        unit["end"] = time.perf_counter()
-        self._wake.set()
-
-    def _until(self, cond, pending, left, flat) -> None:
-        """Collect finished units (in issue order; a layer whose last unit is back is applied)
-        until ``cond()``; a gradient hook or a finished exchange wakes the thread."""
-        while True:
-            self._wake.clear()
-            while pending and "end" in pending[0]:
-                unit = pending.popleft()
-                unit["future"].wait()  # raises the exchange's error, if any
-                u, t0, t1 = unit["unit"], unit["start"], unit["end"]
-                # time with something on the wire: the union of the units' intervals
-                self.busy += max(0.0, t1 - max(t0, self._last_end))
-                self._last_end = max(self._last_end, t1)
-                if self.timeline:
-                    self.events.append(["comm", u.layer, u.start, t0 - self.origin, t1 - self.origin])
-                left[u.layer] -= 1
-                if left[u.layer] == 0:
-                    self._apply(u.layer, flat[u.layer][1])
-            if cond():
-                return
+    def _until_ready(self, layer: int) -> None:
+        while not self.ready[layer].wait(_POLL):
             if self.stopping:
                 raise _Abort
-            self._wake.wait(_POLL)
 
-    def _apply(self, layer: int, avg: torch.Tensor) -> None:
+    def _apply(self, layer: int, avg: torch.Tensor, delivered: float) -> None:
+        """The layer's optimizer step on its mean gradient. On the emulated link the update can
+        only start when the bytes are delivered, so the layer is available that much later."""
+        t0 = time.perf_counter()
         ps = self.layers[layer][1]
         for p, g in zip(ps, avg.split([p.numel() for p in ps])):
             p.grad.copy_(g.view_as(p))
         self.opts[layer].step()
+        now = time.perf_counter()
+        self.avail_t[layer] = max(delivered + (now - t0), now)
         self.applied[layer].set()
+
+    def drain(self) -> None:
+        """Wait until the last step's exchange is applied everywhere (e.g. before timing another
+        schedule on the same ranks); not counted as exposed communication."""
+        waited = self.waited
+        for layer in range(len(self.layers)):
+            self._wait(layer)
+        self.waited = waited
 
     def close(self) -> None:
         """Stop the thread (the last step already waited for its exchange); safe twice."""
@@ -285,7 +350,6 @@ class Overlap(Schedule):
             return
         self.closed, self.stopping = True, True
         self.jobs.put(None)
-        self._wake.set()
         self.thread.join(timeout=1.0)
         for h in self._hooks:
             h.remove()

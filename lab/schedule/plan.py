@@ -88,8 +88,85 @@ def issue_order(units: Sequence[Unit], ready: Sequence[float], xfer: Sequence[fl
     return order
 
 
+def coalesce(units: Sequence[Unit], order: Sequence[int], ready: Sequence[float],
+             xfer: Sequence[float], limit: int) -> list[list[int]]:
+    """Group ``order`` into messages, each one collective: a unit joins the message before it
+    while together they hold at most ``limit`` values and its layer is ready (by ``ready``) when
+    that message would go out. Small layers (biases, convolutions) then share one latency, as
+    in DDP's gradient buckets; a slice of ``limit`` values always travels alone. ``limit=0``:
+    one unit per message (P3's reference code, which sends every slice on its own)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"coalesce must be an int >= 0 (values per message; 0: off), got {limit!r}")
+    msgs, t = [], 0.0
+    for i in order:
+        u = units[i]
+        if msgs and limit:
+            m = msgs[-1]
+            if sum(units[j].numel for j in m[0]) + u.numel <= limit and ready[u.layer] <= m[1]:
+                m[0].append(i)
+                t += xfer[i]
+                continue
+        go = max(t, ready[u.layer])
+        msgs.append(([i], go))
+        t = go + xfer[i]
+    return [m for m, _ in msgs]
+
+
+def batches(units: Sequence[Unit], msgs: Sequence[Sequence[int]], ready: Sequence[float],
+            xfer: Sequence[float], real: Sequence[float]) -> list[list[int]]:
+    """Group consecutive messages into *real* calls: a message joins the call before it if the
+    wait for its layers (planned ready at ``ready``) after the call's first message's, plus the
+    call's real cost (``real[i]``, unit ``i`` on the machine's own link; one real latency per
+    call), stays within the first message's emulated time (``xfer``, per unit), so the real call
+    does not delay the first message's delivery by the plan. Every message keeps its own place and latency on
+    the emulated link (:class:`lab.comm.network.LinkClock` books each); only the real bytes
+    travel together, so a step pays the machine's per-call cost (a rendezvous of every rank's
+    communication thread) a few times instead of once per slice. A pure function of the plan:
+    the same on every rank."""
+    calls = []
+    for k, msg in enumerate(msgs):
+        r = max(ready[units[i].layer] for i in msg)
+        if calls:
+            call, r0, budget, cost = calls[-1]
+            add = sum(real[i] for i in msg)
+            if max(0.0, r - r0) + cost + add <= budget:
+                call.append(k)
+                calls[-1][3] = cost + add
+                continue
+        calls.append([[k], r, sum(xfer[i] for i in msg), sum(real[i] for i in msg)])
+    return [c[0] for c in calls]
+
+
+def predict(sizes: Sequence[int], fwd: Sequence[float], ready: Sequence[float], schedule: str,
+            network, world_size: int, slice_size: int | None = None, in_flight: int = 1,
+            coalesce_values: int | None = None) -> float:
+    """Predicted seconds per step of ``schedule`` for a model with layer ``sizes`` (values, in
+    forward order), per-layer forward times ``fwd`` and gradient-ready offsets ``ready``, on
+    ``network`` (a :class:`lab.comm.Network` or its spec) with ``world_size`` ranks: ``sync`` is
+    compute plus one allreduce of the whole model; the others are :func:`predict_step` with the
+    schedule's units, order and messages. The one prediction the book and the benchmark use."""
+    from ..comm import Network  # planning is pure; the link only supplies alpha and beta
+    from .base import REGISTRY
+    net = Network.parse(network)
+    fwd, ready = [float(v) for v in fwd], [float(v) for v in ready]
+    total = 4 * sum(sizes)
+    if schedule == "sync":
+        return sum(fwd) + max(ready) + net.time("allreduce", total, world_size)
+    cls = REGISTRY.get(schedule)
+    units = make_units(sizes, slice_size if slice_size is not None else cls.slice_size)
+    xfer = [net.time("allreduce", 4 * u.numel, world_size) for u in units]
+    order = issue_order(units, ready, xfer, cls.priority)
+    limit = coalesce_values  # default as the engine's: one slice, or P3's for whole layers
+    if limit is None:
+        limit = slice_size or cls.slice_size or P3_SLICE_SIZE
+    msgs = coalesce(units, order, ready, xfer, limit)
+    lat = net.time("allreduce", 0, world_size)
+    mx = [net.time("allreduce", 4 * sum(units[i].numel for i in m), world_size) for m in msgs]
+    return predict_step(fwd, ready, units, msgs, mx, in_flight=in_flight, latency=[lat] * len(msgs))
+
+
 def predict_step(fwd: Sequence[float], ready: Sequence[float], units: Sequence[Unit],
-                 order: Sequence[int], xfer: Sequence[float], steps: int = 6,
+                 order: Sequence, xfer: Sequence[float], steps: int = 6,
                  in_flight: int = 1, latency: Sequence[float] | None = None) -> float:
     """Steady-state seconds per step of an overlapping schedule on the alpha-beta clock.
 
@@ -100,7 +177,9 @@ def predict_step(fwd: Sequence[float], ready: Sequence[float], units: Sequence[U
     ``order``, each when its layer is ready and fewer than ``in_flight`` units are on the wire.
     Alone, unit ``i`` takes ``xfer[i]``; in flight together, its ``latency[i]`` (the part of
     ``xfer[i]`` that is not bytes; default 0) overlaps the transfers before it, while its bytes
-    queue behind theirs: the link model of :meth:`lab.comm.Collective.allreduce_async`.
+    queue behind theirs: the link model of :class:`lab.comm.LinkClock`. An entry of ``order``
+    may be a list of unit indices, one message (:func:`coalesce`): ``xfer`` and ``latency`` are
+    then indexed by message, and it goes out when its last layer is ready.
     """
     check_in_flight(in_flight)
     lat = [0.0] * len(xfer) if latency is None else latency
@@ -115,14 +194,17 @@ def predict_step(fwd: Sequence[float], ready: Sequence[float], units: Sequence[U
         left = [0] * n
         for u in units:
             left[u.layer] += 1
-        for i in order:
-            u = units[i]
-            issue = max(back + ready[u.layer], ends[-in_flight] if len(ends) >= in_flight else 0.0)
-            link = max(issue + xfer[i], link + xfer[i] - lat[i])
+        for k, msg in enumerate(order):
+            if not isinstance(msg, (list, tuple)):  # one unit: xfer and latency by unit index
+                k, msg = msg, [msg]
+            go = max(ready[units[i].layer] for i in msg)
+            issue = max(back + go, ends[-in_flight] if len(ends) >= in_flight else 0.0)
+            link = max(issue + xfer[k], link + xfer[k] - lat[k])
             ends.append(link)
-            left[u.layer] -= 1
-            if left[u.layer] == 0:
-                arrive[u.layer] = link
+            for i in msg:
+                left[units[i].layer] -= 1
+                if left[units[i].layer] == 0:
+                    arrive[units[i].layer] = link
         # the next forward cannot start before this backward has ended
         arrive[0] = max(arrive[0], back + max(ready))
     return starts[-1] - starts[-2]
