@@ -57,7 +57,7 @@ def show_source(obj) -> None:
 
 
 VERDICTS = ("holds", "holds in part", "does not hold here")
-CLAIM_MIME = "application/vnd.lab.claim+json"
+CLAIM_KEY = "lab_claim"  # where a claim record sits in its output's metadata
 
 
 def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, check: bool,
@@ -70,9 +70,9 @@ def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, ch
     the measured fact that supports the verdict (an ``AssertionError`` naming the claim if it is
     false); ``why`` the reason when the verdict is not "holds".
 
-    The record is displayed as part of the cell's output (markdown for the reader, JSON for
-    ``tools/claims_page.py``), so the scorecard page is built from the notebooks' stored outputs
-    and cannot disagree with them.
+    The record is displayed as part of the cell's output: markdown for the reader, the record
+    itself in the output's metadata (under :data:`CLAIM_KEY`) for ``tools/claims_page.py``, so
+    the scorecard page is built from the notebooks' stored outputs and cannot disagree with them.
     """
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -90,7 +90,7 @@ def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, ch
     from IPython.display import display
     text = (f"**Claim** ({paper}): {claimed}  \n**Measured:** {measured}  \n"
             f"**Verdict:** {verdict}" + (f" ({why})" if why else ""))
-    display({"text/markdown": text, CLAIM_MIME: record}, raw=True)
+    display({"text/markdown": text}, metadata={CLAIM_KEY: record}, raw=True)
 
 
 def run(nb, directory, timeout: int = 300) -> None:

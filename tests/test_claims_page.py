@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import claims_page as cp  # noqa: E402
 
-from lab.nb import CLAIM_MIME, VERDICTS, claim  # noqa: E402
+from lab.nb import CLAIM_KEY, VERDICTS, claim  # noqa: E402
 
 
 def test_committed_page_equals_a_fresh_generation():
@@ -48,10 +48,11 @@ def test_the_book_tests_claims_from_every_part_with_a_survey_or_seed_system():
 
 def test_claim_asserts_the_measured_fact_and_checks_its_arguments(monkeypatch):
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
+    monkeypatch.setattr("IPython.display.display",
+                        lambda obj, metadata=None, raw=False: shown.append({**obj, **metadata}))
     kw = dict(paper="A et al. 2020", claimed="x is small", measured="x = 0.1")
     claim("t-ok", **kw, verdict="holds", check=True)
-    assert shown[-1][CLAIM_MIME]["key"] == "t-ok" and "x = 0.1" in shown[-1]["text/markdown"]
+    assert shown[-1][CLAIM_KEY]["key"] == "t-ok" and "x = 0.1" in shown[-1]["text/markdown"]
     with pytest.raises(AssertionError, match="t-bad"):
         claim("t-bad", **kw, verdict="holds", check=False)
     with pytest.raises(ValueError, match="verdict"):

@@ -4,7 +4,7 @@
     python tools/claims_page.py --check    # exit 1 if the committed page is stale
 
 A chapter records each paper claim it tests with ``lab.nb.claim(...)`` in the cell that asserts
-it; the call displays the record (markdown for the reader, JSON under ``lab.nb.CLAIM_MIME`` for
+it; the call displays it (markdown for the reader, the record in the output's metadata for
 this script). Nothing here re-runs anything or types a number: the rows are the records the
 notebooks hold as the book stores them, in the table of contents' order, so the page cannot
 disagree with its chapters (``tests/test_claims_page.py`` checks that it is fresh, and that every
@@ -24,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "book" / "claims.md"
 sys.path.insert(0, str(ROOT))
-from lab.nb import CLAIM_MIME, VERDICTS  # noqa: E402
+from lab.nb import CLAIM_KEY, VERDICTS  # noqa: E402
 
 CALL = re.compile(r"(?<![\w.])claim\(")
 
@@ -51,8 +51,8 @@ def parts() -> list[tuple[str, list[str]]]:
 def records(path: Path) -> list[dict]:
     """The claim records stored in one notebook's outputs, in cell order."""
     nb = json.loads(path.read_text(encoding="utf8"))
-    return [out["data"][CLAIM_MIME] for cell in nb["cells"] if cell["cell_type"] == "code"
-            for out in cell.get("outputs", []) if CLAIM_MIME in out.get("data", {})]
+    return [out["metadata"][CLAIM_KEY] for cell in nb["cells"] if cell["cell_type"] == "code"
+            for out in cell.get("outputs", []) if CLAIM_KEY in out.get("metadata", {})]
 
 
 def calls(path: Path) -> int:
