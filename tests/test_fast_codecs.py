@@ -2,6 +2,8 @@
 lives, no NaN on huge inputs. Speed itself is measured by ``python -m lab bench codecs``."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -419,3 +421,41 @@ def test_expand_codes_equals_unpack_and_index(bits, n, device):
     got = expand_codes(packed, n, bits, values.to(device))
     assert got.shape == (n,) and torch.equal(got.cpu(), values[codes])
 
+
+
+@pytest.mark.parametrize("name", ["sign", "scaled_sign", "efsgd", "onebit", "terngrad", "qsgd",
+                                  "threshold", "topk", "randomk_private", "dgc", "wangni",
+                                  "gradient_dropping"])
+@pytest.mark.parametrize("shape", [(1,), (9,), (1000,), (40, 25)])
+def test_small_tensor_decoders_equal_the_reference(name, shape):
+    """The small-tensor paths (two values as floats into the C expander, TernGrad's C table
+    lookup, the C scatter that checks each index) decode a payload to the same bits as the torch reference, and a
+    valid payload of any shape passes; an index out of range is named by both."""
+    from lab.compress import PayloadError, native
+    x = torch.randn(shape, generator=gen(len(shape) + shape[0]))
+    codec = C.make(name)
+    payload, ctx = codec.compress(x, key="w")
+    fast = codec.decompress(payload, ctx)
+    with native.reference():
+        ref = codec.decompress(payload, ctx)
+    assert fast.shape == x.shape and torch.equal(fast.view(torch.int32), ref.view(torch.int32))
+    parts = [p.name for p in codec.wire.parts]
+    if "indices" in parts and payload[parts.index("indices")].numel():
+        bad = list(payload)
+        i = parts.index("indices")
+        bad[i] = bad[i].clone()
+        bad[i][-1] = x.numel()
+        for mode in (contextlib.nullcontext(), native.reference()):
+            with mode, pytest.raises(PayloadError, match="'indices'.*got entries"):
+                codec.decompress(tuple(bad), ctx)
+
+
+def test_bench_tables_have_their_columns():
+    """``python -m lab bench codecs --checks`` and ``--small``: one row per codec and size."""
+    from lab.bench import codecs as bench
+    rows = bench.check_overhead(["topk", "sign"], sizes=(1000,), repeats=1)
+    assert [r["codec"] for r in rows] == ["topk", "sign"]
+    assert all(r["check us"] > 0 and r["full check us"] > 0 and r["decode ms"] > 0 for r in rows)
+    rows = bench.small_overhead(["sign"], sizes=(100, 1000), repeats=1, number=2)
+    assert [(r["codec"], r["elements"]) for r in rows] == [("sign", 100), ("sign", 1000)]
+    assert all(r["compress us"] > 0 and r["decompress us"] > 0 for r in rows)

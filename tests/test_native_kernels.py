@@ -5,6 +5,7 @@ stochastic rounding) the reference's distribution: levels floor(r) or floor(r) +
 with probability r - floor(r), so that decoding is unbiased (QSGD Lemma 3.1; TernGrad Sec. 3.1).
 """
 import contextlib
+import math
 import warnings
 
 import pytest
@@ -241,3 +242,60 @@ def test_int32_range_is_min_and_max():
         x = torch.randint(-2 ** 31, 2 ** 31 - 1, (n,), dtype=torch.int32,
                           generator=torch.Generator().manual_seed(n))
         assert native.int32_range(x) == (int(x.min()), int(x.max()))
+    for values in ([-2 ** 31, 2 ** 31 - 1], [-1], [0], [2 ** 31 - 1], [-2 ** 31], [-7, -3]):
+        x = torch.tensor(values, dtype=torch.int32)  # the packed int64's halves, at their ends
+        assert native.int32_range(x) == (min(values), max(values))
+
+
+def test_scatter_checks_every_index_in_its_pass():
+    """The sparse decoders' C scatter: the values at their indices, None on any index out of
+    [0, n) (first, last, negative, n itself)."""
+    if native.library() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randperm(1000, generator=g)[:37].to(torch.int32)
+    vals = torch.randn(37, generator=g)
+    want = torch.zeros(1000)
+    want[idx.long()] = vals
+    assert torch.equal(native.scatter(vals, idx, 1000), want)
+    for j in (0, 36):
+        for v in (-1, -2 ** 31, 1000, 2 ** 31 - 1):
+            bad = idx.clone()
+            bad[j] = v
+            assert native.scatter(vals, bad, 1000) is None
+    with pytest.raises(ValueError, match="scatter"):
+        native.scatter(vals.double(), idx, 1000)
+
+
+def test_float32_range_is_min_and_max_or_nan():
+    """The wire-format check's one-pass range of a float32 header part (kernels.c): NaN
+    anywhere makes both NaN; infinities and -0.0 come back as they are."""
+    if native.library() is None:
+        pytest.skip("no C compiler")
+    for n in (1, 2, 9, 2048):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 1e30
+        assert native.float32_range(x) == (float(x.min()), float(x.max()))
+        for bad in (math.nan, math.inf, -math.inf):
+            y = x.clone()
+            y[n // 2] = bad
+            lo, hi = native.float32_range(y)
+            if math.isnan(bad):
+                assert math.isnan(lo) and math.isnan(hi)
+            else:
+                assert (lo, hi) == (float(y.min()), float(y.max()))
+
+
+def test_expand_codes2_is_the_table_lookup():
+    """TernGrad's C decoder equals the byte-table reference for every length (short last
+    byte included), -0.0 where the scale is 0 as torch's products give it."""
+    if native.library() is None:
+        pytest.skip("no C compiler")
+    from lab.compress.packing import expand_codes, pack_uint
+    for n in (0, 1, 3, 4, 5, 1001):
+        codes = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(n))
+        packed = pack_uint(codes, 2)
+        for s in (0.0, 0.7, 3e38):
+            table = torch.tensor([0.0, 1.0, -1.0, 0.0]) * torch.tensor(s)
+            want = expand_codes(packed, n, 2, table)
+            got = native.expand_codes2(packed, n, (0.0 * s, s, -1.0 * s, 0.0 * s))
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32))

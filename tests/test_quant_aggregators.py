@@ -140,3 +140,51 @@ def test_world2_ties_and_tiny_tensor():
     assert torch.equal(v0, torch.tensor([0.0, 0.0, 1.0, 0.0])) and torch.equal(v0, v1)
     # one value, two servers: rank 1's chunk is empty; mean of two +0.5 is 0.5
     assert torch.equal(t0, torch.tensor([0.5])) and torch.equal(t1, t0)
+
+
+def _corrupt_receipts(comm, method, corrupt):
+    """Corrupt what ``comm.method`` delivers on this rank (after a real transfer): every
+    rank does it, so all raise at the same point and none waits on a collective."""
+    real = getattr(comm, method)
+
+    def patched(*args, **kw):
+        return corrupt(real(*args, **kw))
+    setattr(comm, method, patched)
+    return real
+
+
+def _nan_scale(messages):
+    bad = [m.clone() for m in messages]
+    bad[-1][:4] = torch.tensor([math.nan]).view(torch.uint8)  # the first block's scale
+    return bad
+
+
+def worker_corrupt(ctx):
+    """Dist-EF-SGD with corrupted peer messages, up (alltoall) and down (allgather): each
+    rank returns the (part, message) of the PayloadError it raised, or None."""
+    from lab.compress import PayloadError
+    comm, seen = ctx.comm, []
+    cases = [("alltoall", lambda ms: [m[:-1] for m in ms]),            # a message cut short
+             ("alltoall", _nan_scale),                                 # a NaN block scale
+             ("allgather_payload", lambda ps: [(s[:-1], sc) for s, sc in ps]),  # signs cut
+             ("allgather_payload", lambda ps: [(s, -sc) for s, sc in ps]),      # scales < 0
+             ("allgather_payload", lambda ps: [(s, sc.double()) for s, sc in ps])]
+    for method, corrupt in cases:
+        de = aggregate.make("dist_ef_sgd", comm, block_size=BLOCK)
+        real = _corrupt_receipts(comm, method, corrupt)
+        try:
+            de.aggregate([grad(ctx.rank, 0, 300)], 0)
+            seen.append(None)
+        except PayloadError as err:
+            seen.append((err.codec, err.part, str(err)))
+        finally:
+            setattr(comm, method, real)
+    return seen
+
+
+def test_dist_ef_sgd_names_a_corrupted_peer_payload():
+    for seen in lab.launch(worker_corrupt, 2, progress=False):
+        assert [s and s[:2] for s in seen] == [
+            ("dist_ef_sgd", "message"), ("dist_ef_sgd", "scales"), ("dist_ef_sgd", "signs"),
+            ("dist_ef_sgd", "scales"), ("dist_ef_sgd", "scales")], seen
+        assert "got entries in [nan" in seen[1][2] and "dtype torch.float64" in seen[4][2]

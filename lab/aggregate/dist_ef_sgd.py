@@ -22,6 +22,11 @@ would need e scaled by lr_old / lr_new). Blocks are ``block_size`` consecutive v
 chunk (the paper's blocks are layers: use ``layerwise=True, block_size=None`` for one block per
 layer chunk). ``momentum`` > 0 adds Alg. 2's worker-side momentum m <- mu m + g before error
 feedback; by default (0) momentum is left to the optimizer.
+
+Peers' messages are checked before they are decoded, against declared wire formats
+(:mod:`lab.compress.wire`): the upward message's length (:data:`UP`), then its blocks' signs
+and scales, and each server's (signs, scales) coming down (:data:`DOWN`: the scales finite and
+>= 0); a mismatch raises :class:`~lab.compress.wire.PayloadError` naming the part.
 """
 from __future__ import annotations
 
@@ -30,7 +35,28 @@ import torch
 from ..compress.base import check_finite
 from ..compress.base import check_int
 from ..compress.sign import sign_bits, signs_from_bits
+from ..compress.wire import Part, WireFormat
 from .base import Aggregator, register
+
+#: a worker's message to the server of a chunk of n values: the scales' bytes, then the signs
+UP = WireFormat(Part("message", torch.uint8, "4 * ceil(n / block) + ceil(n / 8)"),
+                where={"block": "block_size, or n for one block per chunk"})
+#: a chunk of n values as (signs, scales): what a server sends down, and an UP message split
+DOWN = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"),
+                  Part("scales", torch.float32, "ceil(n / block)", "finite >= 0"),
+                  where=UP.where)
+
+
+class _Blocks:
+    """What :meth:`WireFormat.check` asks of a codec: the name its errors carry and the names
+    its lengths use (``block``, per chunk size)."""
+    wire_vars_read_payload = False
+
+    def __init__(self, name: str, block_size: int | None):
+        self.name, self.block_size = name, block_size
+
+    def wire_vars(self, numel, ctx, payload) -> dict:
+        return {"block": self.block_size or max(numel, 1)}
 
 
 def block_compress(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,6 +90,14 @@ class DistEFSGD(Aggregator):
         self.worker_error: dict = {}
         self.server_error: dict = {}
         self.velocity: dict = {}
+        self._peer = _Blocks(self.name, self.block_size)
+
+    def _check_up(self, message, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A worker's message for ``numel`` values, checked, as (signs, float32 scales)."""
+        (message,) = UP.check(self._peer, (message,), numel, torch.float32, None)
+        nbytes = 4 * -(-numel // self._block(numel))
+        signs, scales = message[nbytes:], message[:nbytes].clone().view(torch.float32)
+        return DOWN.check(self._peer, (signs, scales), numel, torch.float32, None)
 
     def _block(self, numel: int) -> int:
         return self.block_size or max(numel, 1)
@@ -92,14 +126,15 @@ class DistEFSGD(Aggregator):
         self.worker_error[key] = p - torch.cat(decoded)
         # server for chunk `rank`: average the workers' messages, error feedback, compress again
         mine = sizes[rank]
-        nbytes = 4 * -(-mine // self._block(mine))
         got = self.comm.alltoall(sent, tag="dist_ef:up")
-        avg = sum(block_decompress(m[nbytes:], m[:nbytes].clone().view(torch.float32), mine,
-                                   self._block(mine)) for m in got) / world
+        avg = sum(block_decompress(*self._check_up(m, mine), mine, self._block(mine))
+                  for m in got) / world
         ps = avg + self._state(self.server_error, key, mine, g.device)
         signs, scales = block_compress(ps, self._block(mine))
         self.server_error[key] = ps - block_decompress(signs, scales, mine, self._block(mine))
         # everyone: gather the compressed chunks from all servers
         back = self.comm.allgather_payload((signs, scales), tag="dist_ef:down")
-        out = torch.cat([block_decompress(s, sc, k, self._block(k)) for (s, sc), k in zip(back, sizes)])
+        out = torch.cat([block_decompress(*DOWN.check(self._peer, tuple(m), k, torch.float32,
+                                                      None), k, self._block(k))
+                         for m, k in zip(back, sizes)])
         return out.to(tensor.dtype).view(tensor.shape)

@@ -1,7 +1,7 @@
 """Codec throughput: GB/s of gradient through compress + decompress, vs a plain memory copy.
 
 ``python -m lab bench codecs [--device cpu|cuda] [--sizes N ...] [--codecs NAME ...] [--quick]
-[--json] [--checks] [--grace [DIR]]``. Each row: the best of ``repeats`` round trips (compress,
+[--json] [--checks] [--small] [--grace [DIR]]``. Each row: the best of ``repeats`` round trips (compress,
 then decompress) of an fp32 tensor of ``elements`` values on ``device``, and the best compress
 and decompress times alone; ``GB/s`` is input bytes per second; ``x memcpy time`` is the round
 trip's time over the time of ``tensor.clone()`` on the same device (1.0 = as fast as a copy).
@@ -14,6 +14,8 @@ On the CPU, the cast, sign, 1-bit, QSGD and TernGrad codecs run their C kernels
 
 ``--checks``: the cost of checking a payload against its declared wire format
 (:mod:`lab.compress.wire`) beside the decode it guards (best of many calls each), as a percentage.
+``--small``: the CPU time of one compress and one decompress at 1000 and 2^16 values for the
+codecs training uses (:func:`small_overhead`): their fixed cost per call.
 ``--grace``: fp16 and Random-k against GRACE (Xu et al., ICDCS 2021; ``sands-lab/grace``,
 ``grace_dl/torch/compressor/fp16.py`` and ``randomk.py``) in the same harness: imported from a
 checkout of that repository given as DIR, else its operations re-implemented here (a cast and a
@@ -108,8 +110,13 @@ def _cpu_best(fn, repeats: int, number: int) -> float:
 
 def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int = 1) -> list[dict]:
     """Per codec and size: the decode time (``decompress``, checks included), the time of the
-    check alone (``check_payload``) and the check's share of the decode, on the CPU. Both are
-    this thread's CPU time, best of ``repeats`` batches (enough calls for 20 ms a batch)."""
+    check ``decompress`` runs before decoding (``check us``) and its share of the decode, and
+    the full check alone (``check_payload``: every range, also those a decoder tests in its
+    own pass, :attr:`~lab.compress.base.Compressor.decode_checks`) and its share, on the CPU.
+    All are this thread's CPU time, best of ``repeats`` batches (enough calls for 20 ms a
+    decode batch, 1000 calls a check batch). A range fused into a decoder's pass (the sparse
+    codecs' C scatter: one compare per index it writes) is inside ``decode ms``, not in
+    ``check us``."""
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -124,9 +131,47 @@ def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int 
                 once = _best(lambda: c.decompress(payload, ctx), 1, lambda: None)
                 number = max(1, min(1000, int(0.02 / max(once, 1e-6))))
                 dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
-                chk = _cpu_best(lambda: c.check_payload(payload, ctx), repeats, 200)
+                codec = getattr(c, "inner", c)  # error feedback decodes with its inner codec
+                shape, dtype, inner = ctx
+                chk = _cpu_best(lambda: codec.wire.check(codec, payload, shape.numel(), dtype,
+                                                         inner, codec.decode_checks), repeats, 1000)
+                full = _cpu_best(lambda: c.check_payload(payload, ctx), repeats, 1000)
                 rows.append({"codec": name, "elements": n, "decode ms": 1e3 * dec,
-                             "check us": 1e6 * chk, "check % of decode": 100 * chk / dec})
+                             "check us": 1e6 * chk, "check % of decode": 100 * chk / dec,
+                             "full check us": 1e6 * full,
+                             "full check % of decode": 100 * full / dec})
+        return rows
+    finally:
+        torch.set_num_threads(before)
+
+
+#: the codecs training uses (issue 31 item 4: small-tensor overhead below 10 us a call)
+TRAINING = ("sign", "scaled_sign", "efsgd", "onebit", "qsgd", "terngrad", "topk", "randomk",
+            "dgc", "threshold")
+
+
+def small_overhead(names=None, sizes=(1000, 2 ** 16), repeats: int = 7, threads: int = 1,
+                   number: int = 200) -> list[dict]:
+    """Per codec and size: the CPU time of one ``compress`` and of one ``decompress`` (checks
+    included) in microseconds, best of ``repeats`` batches of ``number`` calls (this thread's
+    CPU time: a descheduled thread is not counted). On a small tensor this is the codec's
+    fixed cost (Python, torch dispatch, ctypes), which a model of many small layers pays per
+    layer and step."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    keep_freed_memory()
+    try:
+        rows = []
+        for n in sizes:
+            g = torch.randn(n, generator=torch.Generator().manual_seed(0))
+            for name in names or [m for m in TRAINING if m in compress.names()]:
+                c = compress.make(name)
+                payload, ctx = c.compress(g, key="bench")
+                enc = _cpu_best(lambda: c.compress(g, key="bench"), repeats, number)
+                dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
+                rows.append({"codec": name, "elements": n, "compress us": 1e6 * enc,
+                             "decompress us": 1e6 * dec})
         return rows
     finally:
         torch.set_num_threads(before)
@@ -220,6 +265,10 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--checks", action="store_true",
                     help="also time the wire-format check against the decode (CPU)")
+    ap.add_argument("--small", action="store_true",
+                    help="also time one compress and one decompress per call at 1000 and 2^16 "
+                         "values (--sizes overrides) for the codecs training uses (or "
+                         "--codecs): the small-tensor overhead, CPU time in us")
     ap.add_argument("--grace", nargs="?", const="", default=None, metavar="DIR",
                     help="also time fp16 and Random-k against GRACE's (a checkout of "
                          "sands-lab/grace at DIR, else its operations re-implemented; CPU)")
@@ -234,6 +283,9 @@ def main(argv=None) -> list[dict]:
     if a.checks:
         extra["wire-format check vs decode (cpu, 1 thread)"] = check_overhead(
             a.codecs, a.sizes or [2 ** 20], repeats, a.threads)
+    if a.small:
+        extra["small-tensor overhead per call (cpu, 1 thread, us)"] = small_overhead(
+            a.codecs, a.sizes or [1000, 2 ** 16], repeats, a.threads)
     if a.grace is not None:
         extra["fp16 and Random-k (1%) against GRACE (cpu, round trip)"] = against_grace(
             a.sizes or [2 ** 16, 2 ** 20, 2 ** 22], repeats, a.grace or None, a.threads)

@@ -301,16 +301,70 @@ int32_t lab_cast(const float *restrict x, int64_t n, int32_t mode, void *restric
     return bad != 0;
 }
 
-/* The smallest and the largest of n int32 values (a payload's index part, checked before a
- * scatter), in one pass: out[0] = min, out[1] = max; nothing written when n == 0. */
-void lab_int32_range(const int32_t *restrict x, int64_t n, int64_t *out) {
+/* The smallest and the largest of n > 0 int32 values (a payload's index part, checked before a
+ * scatter), in one pass, returned packed in one int64: max in the high 32 bits, min (as
+ * unsigned) in the low ones, so that the caller reads both without a ctypes array. */
+int64_t lab_int32_range(const int32_t *restrict x, int64_t n) {
     if (n <= 0)
-        return;
+        return 0;
     int32_t lo = x[0], hi = x[0];
     for (int64_t i = 0; i < n; i++) {  /* min/max reductions: the compiler vectorizes them */
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
     }
-    out[0] = lo;
-    out[1] = hi;
+    return (int64_t)(((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo);
+}
+
+/* The sparse codecs' decode: out[idx[i]] = v[i] for i < k (out zeroed by the caller), each
+ * index checked against [0, n) in the same pass, before its write: the payload check's range
+ * test fused into the scatter (one read of the indices, not two). Returns 0, or i + 1 for the
+ * first index out of range (nothing written from there on; the caller drops out). */
+int64_t lab_scatter(const float *restrict v, const int32_t *restrict idx, int64_t k, int64_t n,
+                    float *restrict out) {
+    for (int64_t i = 0; i < k; i++) {
+        uint32_t j = (uint32_t)idx[i];  /* a negative index wraps to >= 2^31 > n */
+        if ((int64_t)j >= n)
+            return i + 1;
+        out[j] = v[i];
+    }
+    return 0;
+}
+
+/* The smallest and the largest of n > 0 float32 values (a payload's header part: norms,
+ * scales, checked finite before a decode scales by them), both NaN if any value is NaN,
+ * returned packed in one int64: max's bits in the high 32, min's in the low 32. */
+int64_t lab_float32_range(const float *restrict x, int64_t n) {
+    if (n <= 0)
+        return 0;
+    float lo = x[0], hi = x[0];
+    int32_t nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        nan |= x[i] != x[i];
+    }
+    uint32_t a, b;
+    if (nan) {
+        a = b = 0x7fc00000u;  /* a quiet NaN */
+    } else {
+        memcpy(&a, &lo, 4);
+        memcpy(&b, &hi, 4);
+    }
+    return (int64_t)(((uint64_t)b << 32) | a);
+}
+
+/* out[i] = table[code i] for n 2-bit codes packed four a byte, code i at bits 2(i mod 4) of
+ * byte i / 4 (what pack_uint(codes, 2) writes): TernGrad's decoder, table {0, s, -s, 0}.
+ * Each byte's four values come from a 256-row table built first (4 KiB), 16 bytes a copy. */
+void lab_expand_codes2(const uint8_t *restrict packed, int64_t n, const float *table,
+                       float *restrict out) {
+    float rows[256][4];
+    for (int b = 0; b < 256; b++)
+        for (int j = 0; j < 4; j++)
+            rows[b][j] = table[(b >> (2 * j)) & 3];
+    int64_t g = 0;
+    for (; g < n / 4; g++)
+        memcpy(out + 4 * g, rows[packed[g]], 16);
+    for (int64_t i = 4 * g; i < n; i++)
+        out[i] = rows[packed[g]][i - 4 * g];
 }

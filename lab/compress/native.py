@@ -1,5 +1,5 @@
-"""Native CPU kernels for the cores of the cast, sign, 1-bit, QSGD and TernGrad codecs
-(``kernels.c``).
+"""Native CPU kernels for the cores of the cast, sign, 1-bit, QSGD and TernGrad codecs, the
+sparse codecs' checked scatter and the payload checks' ranges (``kernels.c``).
 
 On the CPU, a codec written in torch or numpy is a chain of passes over the tensor (abs,
 divide, scale, random bytes, add, compare, cast, pack), and QSGD's chain cost 20-30x a memory
@@ -23,6 +23,7 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
 import warnings
@@ -140,8 +141,14 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.lab_side_sums.restype = None
     lib.lab_cast.argtypes = [ptr, i64, i32, ptr]
     lib.lab_cast.restype = ctypes.c_int32
-    lib.lab_int32_range.argtypes = [ptr, i64, ctypes.POINTER(ctypes.c_int64)]
-    lib.lab_int32_range.restype = None
+    lib.lab_scatter.argtypes = [ptr, ptr, i64, i64, ptr]
+    lib.lab_scatter.restype = i64
+    lib.lab_expand_codes2.argtypes = [ptr, i64, ptr, ptr]
+    lib.lab_expand_codes2.restype = None
+    lib.lab_float32_range.argtypes = [ptr, i64]
+    lib.lab_float32_range.restype = i64
+    lib.lab_int32_range.argtypes = [ptr, i64]
+    lib.lab_int32_range.restype = i64
     return lib
 
 
@@ -212,11 +219,45 @@ def expand_bits(packed: torch.Tensor, numel: int, bucket: int, values: torch.Ten
     return out
 
 
+def expand_pair(packed: torch.Tensor, numel: int, zero: float, one: float,
+                out: torch.Tensor | None = None, subtract: bool = False) -> torch.Tensor:
+    """:func:`expand_bits` with one bucket whose two values are Python floats (rounded to
+    float32, as a float32 tensor of them would hold): no tensor built for them, the sign
+    decoders' small-tensor path (~5 us less a call)."""
+    values = (ctypes.c_float * 2)(zero, one)
+    if out is None:
+        out = torch.empty(numel, dtype=torch.float32)
+    if (packed.dtype is not torch.uint8 or not packed.is_contiguous()
+            or packed.numel() < -(-numel // 8) or out.dtype is not torch.float32
+            or not out.is_contiguous() or out.numel() != numel):
+        raise ValueError(f"expand_pair: {packed.numel()} bytes of {packed.dtype} and out "
+                         f"{tuple(out.shape)} {out.dtype} do not fit {numel} values")
+    library().lab_expand_bits(packed.data_ptr(), numel, max(numel, 1), values, out.data_ptr(),
+                              int(subtract))
+    return out
+
+
+def expand_codes2(packed: torch.Tensor, numel: int, table) -> torch.Tensor:
+    """float32 ``table[code]`` for the first ``numel`` 2-bit codes of uint8 ``packed`` (four a
+    byte, as :func:`~lab.compress.packing.pack_uint` packs them); ``table``: four Python
+    floats (rounded to float32). What ``expand_codes(packed, numel, 2, tensor(table))``
+    gives, without building the table tensors."""
+    if (packed.dtype is not torch.uint8 or not packed.is_contiguous()
+            or packed.numel() < -(-numel // 4) or len(table) != 4):
+        raise ValueError(f"expand_codes2: {packed.numel()} bytes of {packed.dtype} and "
+                         f"{len(table)} table entries do not fit {numel} 2-bit codes")
+    out = torch.empty(numel, dtype=torch.float32)
+    library().lab_expand_codes2(packed.data_ptr(), numel, (ctypes.c_float * 4)(*table),
+                                out.data_ptr())
+    return out
+
+
 def sign_bits(x: torch.Tensor, with_sum: bool = True) -> tuple[torch.Tensor, float | None]:
     """The flags ``x >= 0`` of float32 ``x`` packed 8 a byte, little-endian bit order (what
     ``pack_bits(x >= 0)`` gives), and (``with_sum``) ``sum |x|`` in float64 (NaN if x holds
     one), in one pass."""
-    x = x.reshape(-1).contiguous()
+    if x.dim() != 1 or not x.is_contiguous():
+        x = x.reshape(-1).contiguous()
     if x.dtype != torch.float32:
         raise ValueError(f"sign_bits: x must be float32, got {x.dtype}")
     bits = torch.empty(-(-x.numel() // 8), dtype=torch.uint8)
@@ -259,6 +300,39 @@ def cast(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, bool] | Non
 def int32_range(x: torch.Tensor) -> tuple[int, int]:
     """(min, max) of a non-empty contiguous int32 CPU tensor, in one pass (the caller checks
     those; ~1 us less than ``torch.aminmax`` and two reads on a 10^4-entry index part)."""
-    out = (ctypes.c_int64 * 2)()  # per call: checks may run on several threads
-    library().lab_int32_range(x.data_ptr(), x.numel(), out)
-    return out[0], out[1]
+    return unpack_range(library().lab_int32_range(x.data_ptr(), x.numel()))
+
+
+def float32_range(x: torch.Tensor) -> tuple[float, float]:
+    """(min, max) of a non-empty contiguous float32 CPU tensor in one pass, both NaN if any
+    entry is NaN (a header part's finiteness check: norms, scales)."""
+    return unpack_float_range(library().lab_float32_range(x.data_ptr(), x.numel()))
+
+
+_TWO_FLOATS = struct.Struct("<ff")
+
+
+def unpack_float_range(packed: int) -> tuple[float, float]:
+    """(min, max) from ``lab_float32_range``'s int64: max's bits high, min's low."""
+    return _TWO_FLOATS.unpack((packed & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
+
+
+def unpack_range(packed: int) -> tuple[int, int]:
+    """(min, max) from ``lab_int32_range``'s int64: max in the high half, min in the low."""
+    return ((packed & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000, packed >> 32
+
+
+def scatter(values: torch.Tensor, indices: torch.Tensor, numel: int) -> torch.Tensor | None:
+    """float32 zeros of ``numel`` with ``values[i]`` at ``indices[i]`` (float32 and int32, 1-D
+    contiguous, the same length), every index checked in the same pass; None if one is outside
+    ``[0, numel)`` (the caller names it)."""
+    k = indices.numel()
+    if not (values.dtype is torch.float32 and indices.dtype is torch.int32 and values.numel() == k
+            and values.is_contiguous() and indices.is_contiguous()):
+        raise ValueError(f"scatter: need contiguous float32 values and int32 indices of one "
+                         f"length, got {values.numel()} {values.dtype} and {k} {indices.dtype}")
+    out = torch.zeros(numel, dtype=torch.float32)
+    if k and library().lab_scatter(values.data_ptr(), indices.data_ptr(), k, numel,
+                                   out.data_ptr()):
+        return None
+    return out

@@ -14,6 +14,8 @@ Wire: ceil(n/8) bytes of bits + 8 bytes per bucket.
 """
 from __future__ import annotations
 
+import ctypes
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +62,19 @@ def side_sums(x: torch.Tensor, bucket: int):
 class _Columns:
     """Marks a per-column encoding (passed as the key to encode, kept as the ctx)."""
     rows: int
+
+
+def _one_bucket_means(sums: list, n_pos: int, n: int, x: torch.Tensor) -> torch.Tensor:
+    """float32 (mean of the values >= 0, mean of the others) of one bucket from its float64
+    sums and count, as the tensor path computes them (float64 division, then rounded to
+    float32 to nearest), each count at least 1; raises on NaN/Inf as it does."""
+    if not (math.isfinite(sums[0]) and math.isfinite(sums[1])):
+        check_finite(x, "onebit")
+        raise OverflowError("onebit: a bucket's sum exceeds the float32 range; scale the "
+                            "tensor first")
+    pos, neg = sums[0] / max(n_pos, 1), sums[1] / max(n - n_pos, 1)
+    return torch.tensor([ctypes.c_float(pos).value, ctypes.c_float(neg).value],
+                        dtype=torch.float32)
 
 
 @register("onebit")
@@ -111,6 +126,8 @@ class OneBit(Compressor):
         x = flat.float()
         if native.enabled(x):  # sign bits, both sums and the counts in two passes (kernels.c)
             bits, sums, n_pos = sign_bits(x), *native.side_sums(x, bucket)
+            if n and bucket >= n:  # one bucket: its two means in Python floats, no tensor ops
+                return (bits, _one_bucket_means(sums.tolist()[0], n_pos.item(), n, x)), None
         else:
             bits, sums, n_pos = side_sums(x, bucket)
         sizes = torch.full_like(n_pos, bucket)
@@ -126,6 +143,10 @@ class OneBit(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         bits, means = payload
+        if means.numel() == 2 and native.enabled(bits) and bits.is_contiguous():
+            pos, neg = means.tolist()  # one bucket: no tensors built for its two means
+            out = native.expand_pair(bits, numel, neg, pos)
+            return out if dtype is torch.float32 else out.to(dtype)
         means = means.float().view(-1, 2)
         if means.shape[0] == 1:  # one bucket: read the two means from a byte table
             return expand_bits(bits, numel, means[0, 0], means[0, 1]).to(dtype)

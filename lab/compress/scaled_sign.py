@@ -15,6 +15,9 @@ residual should be rescaled by lr_old / lr_new, which the optimizer side must do
 """
 from __future__ import annotations
 
+import ctypes
+import math
+
 import torch
 
 from . import native
@@ -39,7 +42,13 @@ class ScaledSign(Compressor):
             return (sign_bits(flat), flat.new_zeros(1, dtype=torch.float32)), None
         if flat.dtype == torch.float32 and native.enabled(flat):  # bits and l1 in one pass
             bits, l1 = native.sign_bits(flat)
-            mean = torch.tensor(l1 / n, dtype=torch.float64)
+            mean = l1 / n  # float64, as below; in Python floats: no tensor ops on a small one
+            if not math.isfinite(mean):
+                check_finite(flat, self.name)  # NaN/Inf in the input (raises)
+            scale = ctypes.c_float(mean).value  # rounded to float32 to nearest, as .float()
+            if not math.isfinite(scale):
+                raise OverflowError(f"{self.name}: mean |x| exceeds the float32 range")
+            return (bits, torch.tensor([scale], dtype=torch.float32)), None
         else:
             bits = sign_bits(flat)
             # the l1 norm summed in float64 on the CPU, as the kernel does (so both paths give
@@ -58,6 +67,9 @@ class ScaledSign(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         bits, scale = payload
+        if scale.is_cpu:  # +-scale read once (a float32 value: exact as a Python float)
+            out = signs_from_bits(bits, numel, scale.item())
+            return out if dtype is torch.float32 else out.to(dtype)
         return signs_from_bits(bits, numel, scale.float()).to(dtype)  # +-scale
 
     def subtract_decompressed_(self, payload, ctx, out):
@@ -65,6 +77,10 @@ class ScaledSign(Compressor):
         payload = self.check_payload(payload, ctx)
         if dtype == out.dtype == torch.float32 and out.is_contiguous() and native.enabled(out):
             bits, scale = payload  # out -= +-scale in one pass (kernels.c), the same values
+            if scale.is_cpu and bits.is_contiguous():
+                s = scale.item()
+                native.expand_pair(bits, out.numel(), -s, s, out=out.view(-1), subtract=True)
+                return out
             s = scale.float().reshape(())
             native.expand_bits(bits, out.numel(), max(out.numel(), 1), torch.stack([-s, s]),
                                out=out.view(-1), subtract=True)

@@ -10,10 +10,12 @@ because ``NaN >= 0`` is False and a NaN would otherwise become a -1 without a tr
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import native
-from .base import Compressor, Part, WireFormat, register
+from .base import Compressor, Part, WireFormat, check_finite, register
 from .packing import expand_bits, expand_codes, pack_bits
 
 
@@ -65,6 +67,9 @@ def signs_from_bits(packed: torch.Tensor, numel: int, scale: torch.Tensor | floa
 
     Readable form: ``(unpack_bits(packed, numel).float() * 2 - 1) * scale``; read from a
     byte table instead (:func:`~lab.compress.packing.expand_bits`), the same values."""
+    if scale.__class__ is float and native.enabled(packed) and packed.dtype is torch.uint8 \
+            and packed.is_contiguous():  # no tensors built for +-scale: the small-tensor path
+        return native.expand_pair(packed, numel, -scale, scale)  # float32 rounding: ctypes
     s = torch.as_tensor(scale, dtype=torch.float32, device=packed.device).reshape(())
     return expand_bits(packed, numel, s, -s)
 
@@ -77,8 +82,17 @@ class Sign(Compressor):
     name = "sign"
     wire = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"))
 
+    checks_finite = True  # on the C path through sum |x| (NaN/Inf make it non-finite)
+
     def encode(self, flat, key):
+        if flat.dtype == torch.float32 and native.enabled(flat):  # bits and the check, one pass
+            bits, l1 = native.sign_bits(flat)
+            if not math.isfinite(l1):
+                check_finite(flat, self.name)  # raises: NaN or Inf in the input
+            return (bits,), None
+        check_finite(flat, self.name)
         return (sign_bits(flat),), None
 
     def decode(self, payload, ctx, numel, dtype):
-        return signs_from_bits(payload[0], numel).to(dtype)
+        out = signs_from_bits(payload[0], numel, 1.0)
+        return out if dtype is torch.float32 else out.to(dtype)

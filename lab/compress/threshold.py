@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import torch
 
+from . import native
 from .base import Compressor, Part, WireFormat, register
 from .error_feedback import ErrorFeedback
 from .packing import index_dtype, pack_bits, unpack_bits
+from .wire import min_max, range_error
 
 
 @register("threshold")
@@ -40,8 +42,24 @@ class Threshold(Compressor):
         signs = pack_bits(flat[idx] > 0)  # |x| > tau > 0, so no sign(0) ambiguity
         return (idx.to(index_dtype(flat.numel())), signs), None
 
+    decode_checks = ("indices",)  # checked in the scatter's own pass (:meth:`decode`)
+
     def decode(self, payload, ctx, numel, dtype):
+        """``+-tau`` scattered into zeros; every index checked against ``0..n - 1`` first (on
+        the CPU in the C scatter's own pass, :func:`~lab.compress.native.scatter`)."""
         idx, packed = payload
+        if (dtype is torch.float32 and idx.dtype is torch.int32 and native.enabled(packed)
+                and idx.is_contiguous() and packed.is_contiguous()):
+            # the same values: +-tau rounded to float32 as torch.full rounds them
+            vals = native.expand_pair(packed, idx.numel(), -self.tau, self.tau)
+            out = native.scatter(vals, idx, numel)
+            if out is None:
+                raise range_error(self.name, self.wire.parts[0], numel, idx)
+            return out
+        if idx.numel():
+            lo, hi = min_max(idx)
+            if lo < 0 or hi >= numel:
+                raise range_error(self.name, self.wire.parts[0], numel, idx)
         out = torch.zeros(numel, dtype=dtype, device=packed.device)
         if idx.numel():
             pos = unpack_bits(packed, idx.numel())

@@ -32,8 +32,10 @@ import math
 
 import torch
 
+from . import native
 from .base import Compressor, Part, WireFormat, register
 from .packing import index_dtype
+from .wire import min_max, range_error
 
 
 def check_density(density: float, k: int | None) -> None:
@@ -140,15 +142,27 @@ class SparseCodec(Compressor):
     a data-dependent count of entries unless a subclass fixes it (``EXACT_K``)."""
 
     wire = RAGGED
+    decode_checks = ("indices",)  # checked in the scatter's own pass (:meth:`decode`)
 
     def wire_vars(self, numel, ctx, payload):
         k = getattr(self, "k", None)
         return {"k": resolve_k(numel, getattr(self, "density", 1.0), min(k, numel) if k else k)}
 
     def decode(self, payload, ctx, numel, dtype):
+        """Scatter the values into zeros; every index is checked against ``0..n - 1`` first
+        (on the CPU, in the C scatter's own pass: :func:`~lab.compress.native.scatter`)."""
         values, idx = payload[0], payload[1]
+        if (dtype is torch.float32 and values.dtype is torch.float32 and idx.dtype is torch.int32
+                and native.enabled(values) and values.is_contiguous() and idx.is_contiguous()):
+            out = native.scatter(values, idx, numel)
+            if out is None:
+                raise range_error(self.name, RAGGED.parts[1], numel, idx)
+            return out
         out = torch.zeros(numel, dtype=dtype, device=values.device)
         if idx.numel():
+            lo, hi = min_max(idx)
+            if lo < 0 or hi >= numel:
+                raise range_error(self.name, RAGGED.parts[1], numel, idx)
             out[idx.long()] = values.to(dtype)
         return out
 

@@ -19,6 +19,12 @@ its range (``counts={"c": "0..n"}``) that the first part of length ``"c"`` (or
 per-element Python loop), ``"finite"`` or ``"finite >= 0"`` for floats (header fields only:
 norms, scales; a bulk value part is never scanned).
 
+A check runs from a plan kept per (tensor size, dtype, ctx) on the codec: every length and
+bound evaluated once, so it costs a few comparisons and one C min/max per bounded part (about
+2 us; ``python -m lab bench codecs --checks``). A decoder that reads an index part in C anyway
+(the sparse codecs' scatter) tests each index there, before its write, and declares it in
+``decode_checks``: ``decompress`` then leaves that range to it, ``check_payload`` still does all.
+
 What is not checked: the content of value and code streams (a flipped bit in a float or a
 2-bit code decodes to another finite value, detectable only by a checksum), except where a
 codec's own ``check_payload`` adds a check because an entry addresses memory (ZipML's codes)
@@ -137,6 +143,16 @@ class WireFormat:
         codes += [e for r in self._count_ranges.values() for e in r]
         known = set(_GLOBALS) | {"n"} | set(self.counts) | {p.name for p in self.parts}
         self._attrs = sorted(set().union(*map(_refs, codes)) - known)
+        # a plan (:meth:`_plan`) needs every length and bound known before the payload is
+        # read: no expression may read a part's length or a count (bar a count's own part)
+        late = set(self.counts) | {p.name for p in self.parts}
+        self._plannable = all(
+            not (_refs(c.size) & late) if c.kind == "exact" else
+            not (set().union(*map(_refs, c.size)) & late) if c.kind == "range" else
+            not (_refs(c.size[0]) & late) for c in self._compiled) and not any(
+            set().union(*map(_refs, r)) & late for r in self._count_ranges.values()) and all(
+            not (set().union(*map(_refs, c.values[1:])) & late)
+            for c in self._compiled if c.values and c.values[0] == "int")
         # lengths that depend on n alone (the casts, the signs): no names to derive
         self._simple = not self.counts and not self._valued and all(
             c.kind == "exact" and _refs(c.size) <= set(_GLOBALS) | {"n"}
@@ -160,9 +176,94 @@ class WireFormat:
         return c
 
     # -- the check ----------------------------------------------------------------------------
-    def check(self, codec, payload, numel: int, dtype: torch.dtype, ctx) -> tuple:
+    def check(self, codec, payload, numel: int, dtype: torch.dtype, ctx,
+              skip: tuple = ()) -> tuple:
         """``payload`` as a tuple if it matches this format for a tensor of ``numel`` values
-        of ``dtype`` decoded with ``ctx``; else raise :class:`PayloadError`."""
+        of ``dtype`` decoded with ``ctx``; else raise :class:`PayloadError`.
+
+        The common case runs a plan kept per (n, dtype, ctx) (:meth:`_plan`): every dtype,
+        length and entry bound already evaluated, so a check is a few comparisons and one
+        min/max per bounded part. Any mismatch there falls to the full check below, which
+        names it; the plan accepts exactly what the full check accepts.
+
+        ``skip``: names of parts whose entry ranges the caller checks itself, in the pass that
+        reads them (a decoder that fuses the test into its scatter,
+        :attr:`~lab.compress.base.Compressor.decode_checks`); their lengths and dtypes are
+        still checked here."""
+        if payload.__class__ is tuple and self._plannable:
+            # the last plan, matched by identity (one tensor after another of one size)
+            last = codec.__dict__.get("_wire_last")
+            if last is not None and last[0] == numel and last[1] is dtype and last[2] is ctx \
+                    and last[3] is skip:
+                plan = last[4]
+            else:
+                plan = self._plan(codec, numel, dtype, ctx, skip)
+                codec.__dict__["_wire_last"] = (numel, dtype, ctx, skip, plan)
+            if plan is not None and _run_plan(plan, payload):
+                return payload
+        return self._check(codec, payload, numel, dtype, ctx, skip)
+
+    def _plan(self, codec, numel: int, dtype, ctx, skip=()):
+        """(dtypes, sizes, bounds) for a tensor of ``numel`` values of ``dtype``: sizes an int
+        (exact), ``(0, lo, hi)`` (a range), ``(1, factor, lo, hi)`` (the first part of a count:
+        binds it) or ``(2, factor, slot)`` (``factor`` times the count bound ``slot``-th);
+        bounds ``(i, lo, hi, kernel)`` for integer parts, ``(i, None, nonneg, kernel)`` for
+        finite ones (``kernel``: the C range of an int32 or float32 part, or None). Kept on
+        the codec beside the derived names; None where it cannot be kept (a ``wire_vars``
+        that reads the payload, an unhashable ctx)."""
+        if codec.wire_vars_read_payload:
+            return None
+        plans = codec.__dict__.get("_wire_plans")
+        # a tensor ctx is never read (:meth:`Compressor.wire_vars`): keyed as None
+        key = (numel, dtype, None if isinstance(ctx, torch.Tensor) else ctx, skip)
+        try:
+            plan = plans.get(key) if plans is not None else None
+        except TypeError:  # an unhashable ctx
+            return None
+        if plan is not None:
+            return plan or None
+        try:
+            plan = self._make_plan(codec, numel, dtype, ctx, skip)
+        except Exception:  # noqa: BLE001 - an expression that fails here fails in the full
+            plan = False   # check too, which raises it in order: keep no plan for this key
+        plans = codec.__dict__.setdefault("_wire_plans", {})
+        if len(plans) >= 64:  # sizes of one model's tensors: a bounded set
+            plans.clear()
+        plans[key] = plan
+        return plan or None
+
+    def _make_plan(self, codec, numel: int, dtype, ctx, skip) -> tuple:
+        names = self._names_for(codec, numel, ctx, ())
+        index = index_dtype(numel)
+        dtypes = tuple(dtype if k == 1 else index if k == 2 else fixed
+                       for _, k, fixed in self._dtypes)
+        sizes, slots = [], {}
+        for c in self._compiled:
+            if c.kind == "exact":
+                sizes.append(_ev(c.size, names))
+            elif c.kind == "range":
+                sizes.append((0, *(_ev(e, names) for e in c.size)))
+            elif c.size[1] in slots:  # a count an earlier part binds: its length follows
+                sizes.append((2, _ev(c.size[0], names), slots[c.size[1]]))
+            else:
+                lo, hi = (_ev(e, names) for e in self._count_ranges[c.size[1]])
+                slots[c.size[1]] = len(slots)
+                sizes.append((1, _ev(c.size[0], names), lo, hi))
+        bounds = []
+        lib = native.library() if native.enabled(torch.empty(0)) else None
+        for i in self._valued:
+            if self.parts[i].name in skip:
+                continue
+            v = self._compiled[i].values
+            # an int32 or float32 part's range: the C kernel called straight (no wrapper)
+            fast = None if lib is None else {torch.int32: lib.lab_int32_range,
+                                             torch.float32: lib.lab_float32_range}.get(dtypes[i])
+            bounds.append((i, None, v[1], fast) if v[0] == "finite" else
+                          (i, _ev(v[1], names), _ev(v[2], names), fast))
+        return dtypes, tuple(sizes), tuple(bounds)
+
+    def _check(self, codec, payload, numel: int, dtype: torch.dtype, ctx, skip=()) -> tuple:
+        """The full check: every condition in order, the first that fails raised, named."""
         name = codec.name
         if not isinstance(payload, (tuple, list)):
             raise PayloadError(name, "payload", f"a tuple of {len(self.parts)} tensors "
@@ -199,7 +300,7 @@ class WireFormat:
                 self._bind(codec, c, size, names)
             names[c.part.name] = size
         for i in self._valued:
-            if payload[i].numel():
+            if payload[i].numel() and self.parts[i].name not in skip:
                 self._check_values(name, self._compiled[i], payload[i], names)
         return payload if payload.__class__ is tuple else tuple(payload)
 
@@ -273,6 +374,61 @@ class WireFormat:
             out.append({"part": p.name, "dtype": dt(p.dtype), "length": size,
                         "entries": p.values or ""})
         return out
+
+
+def range_error(codec: str, part: Part, numel: int, t: torch.Tensor) -> PayloadError:
+    """The :class:`PayloadError` of a part whose entries left ``0..n - 1`` (the declared range
+    of an index part), for a decoder that found it in its own pass."""
+    lo, hi = min_max(t)
+    return PayloadError(codec, part.name, f"entries in {part.values} = 0..{numel - 1}",
+                        f"entries in {lo}..{hi}")
+
+
+def _run_plan(plan, payload) -> bool:
+    """Whether ``payload`` (a tuple) passes ``plan``: the same conditions as the full check."""
+    dtypes, sizes, bounds = plan
+    if len(payload) != len(dtypes):
+        return False
+    counts = []  # the counts bound so far, in order of their first part
+    for t, want, size in zip(payload, dtypes, sizes):
+        if t.__class__ is not torch.Tensor or t.dtype is not want:
+            return False
+        m = t.numel()
+        if size.__class__ is int:
+            if m != size:
+                return False
+        elif size[0] == 0:  # a range
+            if not size[1] <= m <= size[2]:
+                return False
+        elif size[0] == 2:  # factor * a bound count
+            if m != size[1] * counts[size[2]]:
+                return False
+        else:  # binds a count: factor * count with the count in its range
+            factor = size[1]
+            value, rest = divmod(m, factor) if factor != 1 else (m, 0)
+            if not factor:
+                value, rest = 0, m
+            if rest or not size[2] <= value <= size[3]:
+                return False
+            counts.append(value)
+    for i, lo, hi, fast in bounds:
+        t = payload[i]
+        m = t.numel()
+        if not m:
+            continue
+        if m == 1:  # a header field (a scale): one read
+            got_lo = got_hi = t.item()
+        elif fast is not None and t.is_cpu and t.is_contiguous():
+            unpack = native.unpack_float_range if lo is None else native.unpack_range
+            got_lo, got_hi = unpack(fast(t.data_ptr(), m))
+        else:
+            got_lo, got_hi = min_max(t)
+        if lo is None:  # finite (hi: and >= 0)
+            if not (math.isfinite(got_lo) and math.isfinite(got_hi)) or (hi and got_lo < 0):
+                return False
+        elif got_lo < lo or got_hi > hi:
+            return False
+    return True
 
 
 def min_max(t: torch.Tensor):
