@@ -25,6 +25,7 @@ into zeros).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -52,24 +53,32 @@ def _best(fn, repeats: int, sync) -> float:
     return best
 
 
+@contextlib.contextmanager
+def measuring(threads: int):
+    """For the duration: ``threads`` torch threads (0: leave as is) and glibc's allocator tuned
+    as the training ranks run it (:mod:`lab.runtime.allocator`)."""
+    keep_freed_memory()
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run(names=None, sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 3, threads: int = 1,
         device: str = "cpu", split: bool = False) -> list[dict]:
     """Throughput rows (module docstring) for codecs ``names`` at each size; ``split`` also
     times compress and decompress alone (``compress ms``, ``decode ms``)."""
     dev = torch.device(device)
-    keep_freed_memory()  # measured as the training ranks run them
-    before = torch.get_num_threads()
-    if dev.type == "cpu" and threads:
-        torch.set_num_threads(threads)
-    try:
+    with measuring(threads if dev.type == "cpu" else 0):
         known = compress.names()
         names = names or [n for n in DEFAULT if n in known]
         for n in names:
             if n not in known:
                 raise ValueError(f"codecs: unknown codec {n!r}; known: {', '.join(known)}")
         return _run(names, sizes, repeats, dev, split)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(names, sizes, repeats, dev, split) -> list[dict]:
@@ -117,11 +126,7 @@ def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int 
     decode batch, 1000 calls a check batch). A range fused into a decoder's pass (the sparse
     codecs' C scatter: one compare per index it writes) is inside ``decode ms``, not in
     ``check us``."""
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    keep_freed_memory()
-    try:
+    with measuring(threads):
         rows = []
         for n in sizes:
             g = torch.randn(n, generator=torch.Generator().manual_seed(0))
@@ -141,8 +146,6 @@ def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int 
                              "full check us": 1e6 * full,
                              "full check % of decode": 100 * full / dec})
         return rows
-    finally:
-        torch.set_num_threads(before)
 
 
 #: the codecs training uses (issue 31 item 4: small-tensor overhead below 10 us a call)
@@ -157,11 +160,7 @@ def small_overhead(names=None, sizes=(1000, 2 ** 16), repeats: int = 7, threads:
     CPU time: a descheduled thread is not counted). On a small tensor this is the codec's
     fixed cost (Python, torch dispatch, ctypes), which a model of many small layers pays per
     layer and step."""
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    keep_freed_memory()
-    try:
+    with measuring(threads):
         rows = []
         for n in sizes:
             g = torch.randn(n, generator=torch.Generator().manual_seed(0))
@@ -173,8 +172,6 @@ def small_overhead(names=None, sizes=(1000, 2 ** 16), repeats: int = 7, threads:
                 rows.append({"codec": name, "elements": n, "compress us": 1e6 * enc,
                              "decompress us": 1e6 * dec})
         return rows
-    finally:
-        torch.set_num_threads(before)
 
 
 class _GraceFP16:
@@ -229,12 +226,8 @@ def against_grace(sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 7, path: str
                   threads: int = 1) -> list[dict]:
     """Round-trip time of our fp16 and Random-k (1%, shared seed) against GRACE's, per size,
     in one harness on the CPU (one thread by default), with the copy time beside them."""
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    keep_freed_memory()
     theirs, how = grace_codecs(path)
-    try:
+    with measuring(threads):
         rows = []
         for n in sizes:
             g = torch.randn(n, generator=torch.Generator().manual_seed(0))
@@ -249,8 +242,6 @@ def against_grace(sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 7, path: str
                              f"grace ({how}) ms": 1e3 * t_grace, "lab / grace": t_ours / t_grace,
                              "lab x copy": t_ours / copy, "grace x copy": t_grace / copy})
         return rows
-    finally:
-        torch.set_num_threads(before)
 
 
 def main(argv=None) -> list[dict]:

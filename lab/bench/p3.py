@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import time
 
 import numpy as np
@@ -30,7 +28,7 @@ import torch
 from ..runtime import launch
 from ..schedule import plan
 from ..train import TrainConfig, train_many
-from .table import print_rows
+from .table import machine, print_rows
 
 SCHEDULES = ("sync", "fifo", "slicing-only", "priority-only", "p3")
 NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "1Gbps,0.1ms", "3Gbps,0.1ms")
@@ -187,17 +185,6 @@ def layer_profile(models=("vgg", "resnet"), steps: int = 40, repeats: int = 3) -
     return {"machine": machine(), "torch": torch.__version__,
             "date": datetime.date.today().isoformat(), "steps": steps, "repeats": repeats,
             "models": out}
-
-
-def machine() -> str:
-    """'<cpu model>, <n> cores' of this machine, for the provenance of stored measurements."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
 
 
 ENGINE_RUNS = {"sync": ("sync", {}), "fifo": ("fifo", {}), "p3": ("p3", {}),
