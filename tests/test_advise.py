@@ -1,7 +1,7 @@
 """The method advisor prices a measured step exactly as the emulated link does.
 
 The property that makes its predictions honest: the ledger's per-step traffic of a run without
-a link, priced by :func:`lab.advise.predict.comm_seconds`, equals the modeled communication time
+a link, priced by ``lab.advise.estimate.comm_seconds``, equals the modeled communication time
 the same run records on an emulated link (both use the link's alpha-beta model; the traffic is
 the same payloads). Penalties come from measured curves; bad input is named.
 """
@@ -10,7 +10,7 @@ import math
 import pytest
 
 from lab.advise import METHODS, advise
-from lab.advise.predict import comm_seconds, penalty, predict, steps_to
+from lab.advise.estimate import comm_seconds, penalty, predict, steps_to
 from lab.advise.profile import StepProfile, summarise
 from lab.comm.network import Network
 from lab.train import TrainConfig, train_many
@@ -66,7 +66,7 @@ def test_bad_input_is_named(kw, msg):
 
 
 def test_stored_curves_are_used_only_for_the_settings_they_were_measured_with():
-    from lab.advise.predict import convergence
+    from lab.advise.estimate import convergence
     conv = convergence("mlp")
     assert conv and conv["settings"]["topk+ef"]["compressor"] == "topk"
     assert penalty(conv, "topk+ef", 4)[1] is not None           # measured, same settings

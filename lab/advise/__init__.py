@@ -1,7 +1,7 @@
 """The method advisor (Part 10): which communication-efficient method to use on a given cluster.
 
 ``advise(model, workers, network)`` ranks the methods of :data:`~lab.advise.methods.METHODS` by
-predicted time to a target quality (:mod:`lab.advise.predict`): one step's compute and codec time
+predicted time to a target quality (:mod:`lab.advise.estimate`): one step's compute and codec time
 measured on this machine, its ledger traffic priced on the link by the alpha-beta model, and the
 number of steps from the convergence penalties that Part 10's runs measured
 (``python -m lab bench grid``). ``python -m lab advise`` is the same from the shell.
@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ..comm.network import Network
 from .methods import METHODS, Method, get
-from .predict import Prediction, convergence, predict
+from .estimate import Prediction, convergence, predict
 from .profile import StepProfile, measure
 
 __all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "convergence", "measure",

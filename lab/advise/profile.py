@@ -2,7 +2,7 @@
 
 A short real run (``world`` ranks, no emulated link) records, per step, the forward+backward
 time, the codec time, and the ledger's traffic by collective (``{op: [calls, bytes]}``, from
-:func:`lab.train.loop.traffic`). The alpha-beta time of each op is linear in its calls and its
+``lab.train.loop.traffic``). The alpha-beta time of each op is linear in its calls and its
 bytes (:mod:`lab.comm.cost`), so that record prices the step's communication exactly on any
 link. A profile is taken at the world size it will be priced at: compute per rank shrinks with
 the per-rank batch, an allgather's decoding grows with the ranks, and on a CPU the ranks share

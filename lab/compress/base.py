@@ -19,7 +19,7 @@ and raise :class:`~lab.compress.wire.PayloadError` on a mismatch: a peer's bug, 
 mismatch or a corrupted transfer is named, never decoded into a wrong tensor. The checks are
 shapes, dtypes and one min/max of index and header parts, run from a plan kept per tensor size;
 a decoder that reads an index part anyway (the sparse codecs' C scatter) tests its range in
-that pass instead (:attr:`Compressor.decode_checks`). ``python -m lab bench codecs --checks``
+that pass instead (``Compressor.decode_checks``). ``python -m lab bench codecs --checks``
 measures them.
 """
 from __future__ import annotations
@@ -170,7 +170,7 @@ class Compressor:
     # is non-finite whenever an input is, and only then does it call check_finite (one pass
     # over the tensor saved per call)
     checks_finite = False
-    #: the payload's declared wire format (:mod:`lab.compress.wire`); every codec sets one
+    #: the payload's declared wire format (``lab.compress.wire``); every codec sets one
     wire: WireFormat | None = None
     #: True where :meth:`wire_vars` reads the payload (a header): its names are then derived
     #: on every check, not kept per tensor size

@@ -12,7 +12,7 @@ Conventions shared by every sparsifier in this package (helpers below):
   (nearest integer, halves up, at least one element of a non-empty tensor). ``k=`` may be given
   instead of a density and then wins; ``k > n`` raises at compress time.
 - payload ``(values, indices)``: values in the input dtype, indices int32 while n < 2**31
-  (:func:`~lab.compress.packing.index_dtype`), so fp32 costs exactly 8 bytes per kept entry.
+  (``lab.compress.packing.index_dtype``), so fp32 costs exactly 8 bytes per kept entry.
 - the ctx is ``None``: a peer's payload decodes with one's own ctx (allgather path).
 - ties: when several entries share the k-th largest magnitude, which of them are kept is
   unspecified (``torch.topk``'s choice; deterministic for a given input, seed and device).

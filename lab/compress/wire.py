@@ -58,7 +58,7 @@ class Part:
     """One tensor of a payload.
 
     ``dtype``: a ``torch.dtype``, ``"input"`` (the dtype of the tensor that was compressed) or
-    ``"index"`` (:func:`~lab.compress.packing.index_dtype` of ``n``: int32 below 2**31
+    ``"index"`` (``lab.compress.packing.index_dtype`` of ``n``: int32 below 2**31
     values). ``size``: its number of elements (see the module docstring). ``values``: the
     range of its entries, or None (unchecked)."""
     name: str
@@ -143,7 +143,7 @@ class WireFormat:
         codes += [e for r in self._count_ranges.values() for e in r]
         known = set(_GLOBALS) | {"n"} | set(self.counts) | {p.name for p in self.parts}
         self._attrs = sorted(set().union(*map(_refs, codes)) - known)
-        # a plan (:meth:`_plan`) needs every length and bound known before the payload is
+        # a plan (``_plan``) needs every length and bound known before the payload is
         # read: no expression may read a part's length or a count (bar a count's own part)
         late = set(self.counts) | {p.name for p in self.parts}
         self._plannable = all(
@@ -181,14 +181,14 @@ class WireFormat:
         """``payload`` as a tuple if it matches this format for a tensor of ``numel`` values
         of ``dtype`` decoded with ``ctx``; else raise :class:`PayloadError`.
 
-        The common case runs a plan kept per (n, dtype, ctx) (:meth:`_plan`): every dtype,
+        The common case runs a plan kept per (n, dtype, ctx) (``_plan``): every dtype,
         length and entry bound already evaluated, so a check is a few comparisons and one
         min/max per bounded part. Any mismatch there falls to the full check below, which
         names it; the plan accepts exactly what the full check accepts.
 
         ``skip``: names of parts whose entry ranges the caller checks itself, in the pass that
         reads them (a decoder that fuses the test into its scatter,
-        :attr:`~lab.compress.base.Compressor.decode_checks`); their lengths and dtypes are
+        ``Compressor.decode_checks``); their lengths and dtypes are
         still checked here."""
         if payload.__class__ is tuple and self._plannable:
             # the last plan, matched by identity (one tensor after another of one size)

@@ -4,7 +4,7 @@ For a method, a link and a world size ``p``:
 
 - **one step** = compute + codec (both measured on this machine, :mod:`lab.advise.profile`)
   + communication, the ledger's per-step traffic priced by the alpha-beta model of the link
-  (:meth:`lab.comm.network.Network.time`, the same model the emulated link sleeps by);
+  (``Network.time``, the same model the emulated link sleeps by);
   for P3 (``schedule="p3"``) the communication overlaps the backward pass (two thirds of
   compute) and only what sticks out of it is counted (Part 7's overlap model, simplified);
 - **steps** = the method's convergence penalty (steps to the target relative to fp32
@@ -65,7 +65,7 @@ def step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, fl
     return profile.compute_s + profile.codec_s + exposed, exposed
 
 
-def convergence(model: str, path: Path = CONVERGENCE) -> dict:
+def convergence(model: str, path=CONVERGENCE) -> dict:
     """``{"target": acc, "curves": {method: {world: [[step, acc], ...]}}, ...}`` measured for
     ``model`` by ``python -m lab bench grid`` (empty if it was not measured)."""
     if not path.exists():
