@@ -22,7 +22,7 @@ import torch
 from .. import data as data_mod, models
 from ..comm import Collective, CommLedger
 from ..runtime import RankContext, launch
-from ..train.config import TrainConfig
+from ..run.config import TrainConfig
 
 
 def shard(data, rank: int, world_size: int):

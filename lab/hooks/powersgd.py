@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ..aggregate.powersgd import PowerSGD
 from ..comm import Collective
+from .codec import reattach, without_comm
 
 
 class PowerSGDHookState:
@@ -33,6 +34,16 @@ class PowerSGDHookState:
                               error_feedback=error_feedback,
                               min_compression_rate=min_compression_rate,
                               start_iter=start_iter, seed=seed)
+
+    def __getstate__(self):
+        """Picklable, to be saved with the model's checkpoint (as PyTorch's ``PowerSGDState``):
+        settings, per-bucket ``Q`` and error-feedback residuals, the ledger; not the process
+        group."""
+        return without_comm(self)
+
+    def __setstate__(self, state):
+        """Restore, on the default process group (as PyTorch's ``PowerSGDState``)."""
+        reattach(self, state)
 
 
 def powersgd_hook(state: PowerSGDHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -21,11 +21,16 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import data as data_mod, models
-from ..runtime import launch
-from ..train.history import History
-from ..train.straggler import Straggler
+from ..run.checkpoint import Checkpointer
+from ..run.checkpoint import load as load_checkpoint, plan as checkpoint_plan
+from ..run.failed import RunFailed
+from ..run.history import History
+from ..run.straggler import Straggler
+from ..runtime import LaunchError, launch
+from . import resume as rank_state
 from .async_1f1b import async_1f1b
 from .config import PipelineConfig
+from .failed import partial
 from .gpipe import gpipe
 from .mesh import Mesh
 from .onef1b import one_f_one_b
@@ -48,7 +53,10 @@ def _shapes(pieces, x) -> list[tuple]:
     return out
 
 
-def run_rank(ctx, cfg: PipelineConfig) -> dict:
+def run_rank(ctx, cfg: PipelineConfig, checkpoint: dict | None = None) -> dict:
+    """One rank's stage of ``cfg``: its raw results (see :func:`merge`). Each rank streams a
+    line per step to the caller (a failed run keeps them); ``checkpoint``:
+    ``{"every", "dir", "resume"}`` (see :func:`train`)."""
     cfg.check(ctx.world_size)
     S, R, m = cfg.stages, cfg.replicas, cfg.microbatches
     mesh = Mesh(ctx.rank, ctx.world_size, S, R, network=cfg.network, dp_network=cfg.dp_network)
@@ -73,6 +81,16 @@ def run_rank(ctx, cfg: PipelineConfig) -> dict:
                          clock0)
     batches: dict[int, tuple] = {}
     ends, info = {}, {}
+    first, ck = 0, None
+    if checkpoint is not None:
+        if checkpoint["every"]:
+            ck = Checkpointer(checkpoint["every"], checkpoint["dir"], ctx.rank, ctx.world_size,
+                              cfg.to_dict(), "pipeline")
+        if checkpoint["resume"] is not None:
+            first = rank_state.restore(load_checkpoint(checkpoint["resume"], ctx.rank), module, opt,
+                                   worker, mesh, avg, ends, info)
+            if first:  # the clock goes on from the end of the last checkpointed step
+                clock0 = worker.clock0 = time.perf_counter() - ends[first - 1]
 
     def micro(k):
         t, i = divmod(k, m)
@@ -99,10 +117,16 @@ def run_rank(ctx, cfg: PipelineConfig) -> dict:
                 for key, v in avg.after_step(step).items():
                     info.setdefault(key, []).append(v)
             ends[step] = time.perf_counter() - clock0
+            ctx.stream((step, ctx.rank, float(np.mean(worker.losses[step])) if mesh.last else None,
+                        ends[step], worker.compute.get(step, 0.0)))
+            if ck is not None and ck.due(step + 1, cfg.steps):
+                ck.write(step + 1, rank_state.capture(module, opt, worker, mesh, avg, ends, info))
             ctx.progress(step + 1, cfg.steps, cfg.name)
 
     for kind, k in SCHEDULES[cfg.schedule](s, S, m, cfg.steps):
         step = k if kind == "U" and not asynchronous else k // m
+        if step < first:  # checkpointed (resume: flushing schedules only)
+            continue
         if kind == "F":
             worker.forward(k, step, *micro(k))
         elif kind == "B":
@@ -161,13 +185,15 @@ def merge(cfg: PipelineConfig, ranks: list[dict]) -> History:
     return h
 
 
-def _run_all(ctx, configs):
-    return [run_rank(ctx, c) for c in configs]
+def _run_all(ctx, configs, checkpoint=None):
+    return [run_rank(ctx, c, checkpoint) for c in configs]
 
 
-def run_raw(configs: list[PipelineConfig], **launch_kw) -> list[list[dict]]:
+def run_raw(configs: list[PipelineConfig], *, _checkpoint: dict | None = None,
+            **launch_kw) -> list[list[dict]]:
     """Launch ``configs`` (one mesh size) once; per config, every rank's raw results
-    (including its stage's final ``weights``), by rank."""
+    (including its stage's final ``weights``), by rank. A failure raises
+    :class:`~lab.run.RunFailed` (its history: the first config's steps that completed)."""
     configs = list(configs)
     if not configs or not all(isinstance(c, PipelineConfig) for c in configs):
         raise TypeError("configs must be a non-empty list of PipelineConfig")
@@ -176,7 +202,11 @@ def run_raw(configs: list[PipelineConfig], **launch_kw) -> list[list[dict]]:
         c.check(world)
     launch_kw.setdefault("timeout", 60 + 60 * len(configs))
     launch_kw.setdefault("device", "cpu")
-    results = launch(_run_all, world, configs, **launch_kw)
+    try:
+        results = launch(_run_all, world, configs, _checkpoint, **launch_kw)
+    except LaunchError as err:
+        raise RunFailed(err, partial(configs[0], err.records) if len(configs) == 1 else None) \
+            from err
     return [[r[i] for r in results] for i in range(len(configs))]
 
 
@@ -186,7 +216,20 @@ def train_many(configs: list[PipelineConfig], **launch_kw) -> list[History]:
     return [merge(c, ranks) for c, ranks in zip(configs, run_raw(configs, **launch_kw))]
 
 
-def train(config: PipelineConfig, **launch_kw) -> History:
+def train(config: PipelineConfig, *, checkpoint_every: int = 0, checkpoint_dir=None,
+          resume=None, **launch_kw) -> History:
     """Run one pipeline configuration in its own launch and return its History
-    (:func:`train_many` with one config; ``launch_kw`` go to ``lab.launch``)."""
-    return train_many([config], **launch_kw)[0]
+    (:func:`train_many` with one config; ``launch_kw`` go to ``lab.launch``).
+
+    ``checkpoint_every=N`` writes a checkpoint into ``checkpoint_dir`` after every N updates;
+    ``resume=DIR`` continues from the newest one in DIR (same config, else a ValueError naming
+    the fields): the run ends with the same weights, bitwise on the CPU, as one never stopped.
+    Flushing schedules (GPipe, 1F1B) only. A failure raises :class:`~lab.run.RunFailed` with
+    the steps every rank completed."""
+    plan = None
+    if isinstance(config, PipelineConfig):  # else run_raw names the bad argument
+        plan = checkpoint_plan(checkpoint_every, checkpoint_dir, resume, config.to_dict(),
+                               config.world_size, "pipeline")
+        if plan is not None:
+            rank_state.check(config)
+    return merge(config, run_raw([config], _checkpoint=plan, **launch_kw)[0])

@@ -102,6 +102,25 @@ class SparseAverager:
         self.prev = x.clone()
         return {"avg_subset_sum": int(idx.sum()), "avg_merged": merged, "avg_wait": waited}
 
+    def state_dict(self) -> dict:
+        """What the averager carries to the next step, for a checkpoint: the previous
+        parameters, the drift estimate, the averages still to be merged (waited for now: an
+        average does not depend on when it is waited for), what was sent and its records."""
+        return {"prev": self.prev.clone(), "drift": self.drift.clone(),
+                "pending": [(s, idx, fut.wait().clone()) for s, idx, fut in self.pending],
+                "sent": list(self.sent), "records": list(self.comm.ledger.records)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict` (the pending averages as completed futures)."""
+        self.prev, self.drift = state["prev"].clone(), state["drift"].clone()
+        self.pending = []
+        for s, idx, value in state["pending"]:
+            fut: torch.futures.Future = torch.futures.Future()
+            fut.set_result(value.clone())
+            self.pending.append((s, idx, fut))
+        self.sent = list(state["sent"])
+        self.comm.ledger.records[:0] = state["records"]
+
     def close(self) -> None:
         """Wait for the averages still in flight (the process group must outlive them); they
         are not merged: training has ended."""

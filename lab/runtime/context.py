@@ -36,6 +36,12 @@ class RankContext:
         if self._queue is not None and self.rank == 0:
             self._queue.put(("progress", self.rank, done, total, desc))
 
+    def stream(self, item: Any) -> None:
+        """Send ``item`` (picklable) to the caller now; if the launch fails it is in the
+        :class:`~lab.runtime.LaunchError`'s ``records``, so a run keeps what it had."""
+        if self._queue is not None:
+            self._queue.put(("record", self.rank, item))
+
     def log(self, *parts: Any) -> None:
         """Print in the caller's output (a notebook cell), prefixed with the rank."""
         text = " ".join(str(p) for p in parts)

@@ -49,11 +49,14 @@ DEFAULT_TIMEOUT = 60.0
 
 class LaunchError(RuntimeError):
     """A rank failed: ``rank`` says which, ``remote_traceback`` what happened there, and
-    ``stderr`` the last lines it wrote to stderr (shown when it died without a traceback)."""
+    ``stderr`` the last lines it wrote to stderr (shown when it died without a traceback);
+    ``records``: what ranks streamed to the caller before (:meth:`~lab.runtime.RankContext.stream`), as
+    ``(rank, item)`` in arrival order."""
 
     def __init__(self, rank: int | None, message: str, remote_traceback: str = "",
                  stderr: str = ""):
         self.rank, self.remote_traceback, self.stderr = rank, remote_traceback, stderr
+        self.records: list = []
         if remote_traceback:
             message += f"\n\n--- traceback from rank {rank} ---\n{remote_traceback}"
         elif stderr:
@@ -86,6 +89,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout),
                           wait_for_workers=False)
     results_q = ctx.Queue()
+    records: list = []
     logdir = tempfile.mkdtemp(prefix="lab-launch-")
     stderrs = [StderrTail(os.path.join(logdir, f"rank{r}.stderr")) for r in range(world_size)]
     procs = [ctx.Process(target=_rank_main, daemon=True, name=f"lab-rank-{r}",
@@ -95,7 +99,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
     try:
         for p in procs:
             p.start()
-        return _collect(procs, results_q, world_size, timeout, progress, stderrs)
+        return _collect(procs, results_q, world_size, timeout, progress, stderrs, records)
+    except LaunchError as e:
+        e.records = records  # a failed run keeps what its ranks streamed
+        raise
     finally:
         _end_all(procs)
         for tail in stderrs:
@@ -121,7 +128,7 @@ def _context(method: str):
     return ctx
 
 
-def _collect(procs, q, world_size, timeout, progress, stderrs) -> list:
+def _collect(procs, q, world_size, timeout, progress, stderrs, records) -> list:
     results: dict[int, Any] = {}
     errors: list[tuple] = []  # (time, traceback, summary, is_echo, rank)
     deaths: dict[int, int] = {}
@@ -140,6 +147,8 @@ def _collect(procs, q, world_size, timeout, progress, stderrs) -> list:
             results[rank] = cloudpickle.loads(msg[3])
         elif kind == "error":
             errors.append(msg[2:] + (rank,))
+        elif kind == "record":
+            records.append((rank, msg[2]))
         elif kind == "log":
             print(f"[rank {rank}] {msg[2]}", flush=True)
         elif kind == "progress":

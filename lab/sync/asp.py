@@ -18,6 +18,7 @@ from .server import ServerMode
 @register("asp")
 class ASP(ServerMode):
     name = "asp"
+    resumable = True  # at a step boundary every grant can be made anew
 
     def on_push(self, srv, w, grad, version):
         srv.apply([grad], 1.0 / self.n)

@@ -15,6 +15,7 @@ from .server import ServerMode
 @register("bsp")
 class BSP(ServerMode):
     name = "bsp"
+    resumable = True  # at a step boundary every grant can be made anew
 
     def __init__(self, workers: int):
         super().__init__(workers)

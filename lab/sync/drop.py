@@ -16,6 +16,7 @@ from .server import ServerMode
 @register("drop")
 class Drop(ServerMode):
     name = "drop"
+    resumable = True  # at a step boundary every grant can be made anew
 
     def __init__(self, workers: int, max_staleness: int = 4):
         super().__init__(workers)

@@ -165,7 +165,7 @@ def _initial(problem, processes, seed, kw):
         size = (d // processes) * processes
         return torch.zeros(size), lambda x, steps: float(processes * steps - x.sum())
     cfg = kw.get("cfg")
-    from ..train import TrainConfig
+    from ..run.config import TrainConfig
     if not isinstance(cfg, TrainConfig):
         raise ValueError("problem='mlp' needs cfg=TrainConfig(...)")
     if cfg.batch_size % processes:
@@ -177,7 +177,7 @@ def _initial(problem, processes, seed, kw):
     init = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).float()
 
     def accuracy(x, steps):
-        from ..train.loop import evaluate
+        from ..run.build import evaluate
         torch.nn.utils.vector_to_parameters(torch.from_numpy(x.copy()), model.parameters())
         return evaluate(model, data, torch.device("cpu"))[1]
     return init, accuracy

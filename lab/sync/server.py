@@ -8,7 +8,9 @@ both ledgers. Messages are one float32 vector: a header then the payload.
 
 * push (worker -> server): ``[version, loss, compute_s, wait_s | gradient]``, ``version`` being
   the server clock of the parameters the gradient was computed on;
-* reply (server -> worker): ``[version | parameters]``, or ``version = -1``: stop.
+* reply (server -> worker): ``[version, clock | parameters]``, or ``version = -1``: stop;
+  ``clock`` is the worker's own step count (gradients it has pushed), which picks its batch: the
+  server keeps it, so a resumed run tells each worker where it stands.
 
 Work is counted in *grants*: each reply with parameters lets one worker compute one gradient,
 and the server grants ``steps x n`` in all, so every mode does the same work. A mode
@@ -51,6 +53,9 @@ class ServerMode(SyncMode):
     """Base of the parameter-server modes; a subclass says how a push is handled."""
 
     own_loop = True
+    #: Whether a checkpoint at a step boundary can be resumed: the server re-grants every
+    #: worker then, which only BSP (nothing in flight) and the modes without a bound do safely.
+    resumable = False
 
     def __init__(self, workers: int):
         self.n = workers
@@ -90,14 +95,19 @@ class ServerMode(SyncMode):
             raise ValueError(f"sync_kw {cfg.sync_kw!r} not understood by sync={cfg.sync!r}: {e}")
 
     @classmethod
-    def run(cls, ctx, cfg, desc: str = ""):
-        from ..train.history import History
-        from ..train.loop import engine
+    def run(cls, ctx, cfg, desc: str = "", checkpoint: dict | None = None):
+        """``checkpoint``: ``{"every", "dir", "resume"}`` (:mod:`lab.run.checkpoint`); only the
+        server (rank 0) holds state worth keeping, so only it writes and reads checkpoints."""
+        from ..run.build import engine
+        from ..run.history import History
         comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
         e = engine(ctx, cfg, comm)
         h = History(cfg.to_dict(), ctx.world_size)
         if ctx.rank == 0:
-            Server(ctx, cfg, e, comm, cls(ctx.world_size - 1, **cfg.sync_kw), h).serve(desc)
+            srv = Server(ctx, cfg, e, comm, cls(ctx.world_size - 1, **cfg.sync_kw), h)
+            srv.keep(checkpoint)
+            srv.serve(desc)
+            h = srv.h  # the checkpointed History, when resumed
         else:
             work(ctx, cfg, e, comm)
         # results bookkeeping after the run (not training traffic, so not in the ledger):
@@ -115,12 +125,11 @@ def work(ctx, cfg, e, comm: Collective) -> None:
     sched = schedule.make("sync", e)  # its forward_backward: loss check + straggler pause
     d = sum(p.numel() for p in e.params)
     buf = torch.empty(HEADER + d)
-    clock = 0
     while True:
         t0 = time.perf_counter()
         comm.recv(buf, 0, tag="pull")
         wait = time.perf_counter() - t0
-        version = float(buf[0])
+        version, clock = float(buf[0]), int(buf[1])
         if version == STOP:
             return
         with torch.no_grad():
@@ -131,7 +140,6 @@ def work(ctx, cfg, e, comm: Collective) -> None:
         loss, compute = sched.forward_backward(clock, x.to(ctx.device), y.to(ctx.device))
         head = torch.tensor([version, float(loss), compute, wait])
         comm.send(torch.cat([head, flat(p.grad for p in e.params)]), 0, tag="push")
-        clock += 1
 
 
 class Server:
@@ -153,6 +161,34 @@ class Server:
         s["grads_by_worker"] = [0] * self.n
         s["wait_s_by_worker"] = [0.0] * self.n
         s["dropped"] = 0
+        self.ck, self.processed, self.past_wall = None, 0, 0.0
+
+    def keep(self, checkpoint: dict | None) -> None:
+        """Write checkpoints (``checkpoint["every"]``) and/or resume (``checkpoint["resume"]``):
+        the model, optimizer, clocks and History at a step boundary. Resuming re-grants every
+        worker with the current parameters, which is exactly where BSP stands at a boundary."""
+        if checkpoint is None:
+            return
+        from ..run import checkpoint as ck
+        if checkpoint["every"]:
+            self.ck = ck.Checkpointer(checkpoint["every"], checkpoint["dir"], 0,
+                                      self.ctx.world_size, self.cfg.to_dict(), "train",
+                                      collective=False)
+        if checkpoint["resume"] is not None:
+            saved = ck.load(checkpoint["resume"], 0)
+            self.e.model.load_state_dict(saved["model"])
+            self.e.optimizer.load_state_dict(saved["optimizer"])
+            self.version, self.clock = saved["version"], list(saved["clock"])
+            self.processed = self.granted = sum(self.clock)
+            self.h, self.past_wall = saved["history"], saved["wall_s"]
+            ck.set_rng_state(saved["rng"])
+
+    def _checkpoint(self, step: int, wall_s: float) -> None:
+        from ..run import checkpoint as ck
+        self.ck.write(step, {"model": self.e.model.state_dict(),
+                             "optimizer": self.e.optimizer.state_dict(),
+                             "version": self.version, "clock": list(self.clock),
+                             "history": self.h, "wall_s": wall_s, "rng": ck.rng_state()})
 
     # -- what modes call -----------------------------------------------------------------
     def slowest(self) -> int:
@@ -178,7 +214,7 @@ class Server:
         """Answer worker ``w``: fresh parameters (one more grant), or stop if all are granted."""
         if self.granted < self.limit:
             self.grant_gap[w] = self.clock[w] - self.slowest()
-            head = torch.tensor([float(self.version), 0.0, 0.0, 0.0])
+            head = torch.tensor([float(self.version), float(self.clock[w]), 0.0, 0.0])
             self.comm.send(torch.cat([head, flat(self.e.params)]), w, tag="reply")
             self.granted += 1
         else:
@@ -191,9 +227,11 @@ class Server:
         self._d = sum(p.numel() for p in self.e.params)
         buf = torch.empty(HEADER + self._d)
         start = block_start = time.perf_counter()
-        mark, losses, processed, eval_s = self.comm.ledger.mark(), [], 0, 0.0
+        mark, losses, processed, eval_s = self.comm.ledger.mark(), [], self.processed, 0.0
         for w in range(1, n + 1):
             self.release(w)
+        if self.processed:  # resumed: these grants were counted in the checkpointed step
+            mark = self.comm.ledger.mark()
         while len(self.done) < n:
             w = self.comm.recv_any(buf, tag="push")
             version, loss, compute, wait = (float(v) for v in buf[:HEADER])
@@ -222,15 +260,17 @@ class Server:
                 h.comm_s.append(max(0.0, interval - self.apply_s))
                 h.modeled_comm_s.append(sum(r.modeled for r in recs))
                 if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-                    from ..train.loop import evaluate
+                    from ..run.build import evaluate
                     t0 = time.perf_counter()
                     tl, ta = evaluate(self.e.model, self.e.data, self.ctx.device)
                     h.eval_step.append(step)
                     h.test_loss.append(tl)
                     h.test_acc.append(ta)
                     eval_s += time.perf_counter() - t0
+                if self.ck is not None and self.ck.due(step, cfg.steps):
+                    self._checkpoint(step, self.past_wall + time.perf_counter() - start - eval_s)
                 self.ctx.progress(step, cfg.steps, desc or cfg.name)
                 mark, losses, self.apply_s = self.comm.ledger.mark(), [], 0.0
                 block_start = time.perf_counter()
-        h.wall_s = time.perf_counter() - start - eval_s
+        h.wall_s = self.past_wall + time.perf_counter() - start - eval_s
         s["updates"] = self.version

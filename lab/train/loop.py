@@ -12,69 +12,39 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from .. import aggregate, attack as attacks, averaging, compress, data as data_mod, models, schedule
+from .. import schedule
 from .. import sync as sync_modes
 from ..comm import Collective, CommLedger
-from ..engine import Engine
-from ..runtime import RankContext, launch
-from .config import TrainConfig
-from .history import History
-from .straggler import Straggler
+from ..run import checkpoint as checkpoint_mod
+from ..run.build import build, engine, evaluate
+from ..run.config import TrainConfig
+from ..run.failed import RunFailed
+from ..run.history import History
+from ..run.stream import extend
+from ..runtime import LaunchError, RankContext, launch
+from . import resume as rank_state
+from .resume import Keeper
 
 
-def build(cfg: TrainConfig, comm: Collective, device: torch.device):
-    """Dataset, model, optimizer and aggregator for ``cfg`` on this rank."""
-    data = data_mod.load(cfg.data, seed=cfg.seed, **cfg.data_kw)
-    model = models.make(cfg.model, data, seed=cfg.seed, **cfg.model_kw).to(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if cfg.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    else:
-        opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                              weight_decay=cfg.weight_decay)
-    codec = compress.make(cfg.compressor, **cfg.compressor_kw)
-    if cfg.error_feedback:
-        codec = compress.ErrorFeedback(codec)
-    name = cfg.aggregator
-    if name == "auto":
-        name = "allreduce" if cfg.compressor == "none" and not cfg.error_feedback else "compressed"
-    kw = dict(cfg.aggregator_kw)
-    if cfg.layerwise is not None:
-        kw["layerwise"] = cfg.layerwise
-    if aggregate.REGISTRY.get(name).uses_compressor:
-        kw["compressor"] = codec
-    agg = aggregate.make(name, comm=comm, **kw)
-    return data, model, params, opt, agg
-
-
-@torch.no_grad()
-def evaluate(model, data, device) -> tuple[float, float]:
-    """(loss, accuracy) of ``model`` on the whole test set of ``data``, on ``device``."""
-    model.eval()
-    x, y = data.test_set()
-    out = model(x.to(device))
-    y = y.to(device)
-    loss = float(models.loss_fn(data.task)(out, y))
-    acc = float((out.argmax(-1) == y).float().mean()) if data.task != "regress" else float("nan")
-    model.train()
-    return loss, acc
-
-
-def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> History:
-    """Run one config on this rank; returns this rank's History."""
+def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
+               stream=None, checkpoint: dict | None = None) -> History:
+    """Run one config on this rank; returns this rank's History. ``stream``: a tag under which
+    rank 0 streams its history to the caller step by step (a failed run keeps it);
+    ``checkpoint``: ``{"every", "dir", "resume"}`` (see :func:`train`)."""
     mode = sync_modes.REGISTRY.get(cfg.sync)
     if mode.own_loop:  # a parameter server and its workers: the mode's own loop
-        return mode.run(ctx, cfg, progress_desc)
+        if checkpoint is None:
+            return mode.run(ctx, cfg, progress_desc)
+        return mode.run(ctx, cfg, progress_desc, checkpoint=checkpoint)  # resumable (checked)
     comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
     e = engine(ctx, cfg, comm)
-    h = History(cfg.to_dict(), ctx.world_size)
     sched = schedule.make(cfg.schedule, e, **cfg.schedule_kw)
+    keep = Keeper(ctx, cfg, e, sched, stream, checkpoint)  # history (resumed?), checkpoints
+    h = keep.history
     start = time.perf_counter()
     mark = comm.ledger.mark()  # advanced by each step's records: an overlapping schedule's
     try:                       # thread may record between steps, and no record may be lost
-        for step in range(cfg.steps):
+        for step in range(keep.first, cfg.steps):
             comm.network = cfg.network_at(step)
             comm.ledger.step = step
             x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
@@ -106,11 +76,12 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "") -> H
                     h.eval_step.append(done)
                     h.test_loss.append(tl)
                     h.test_acc.append(ta)
+            keep.after_step(done, comm.ledger, time.perf_counter() - start)
             ctx.progress(done, cfg.steps, progress_desc or cfg.name)
     finally:
         sched.close()
-    h.wall_s = time.perf_counter() - start
-    h.rank_bytes = [comm.ledger.total_bytes()]
+    h.wall_s = keep.past_wall + time.perf_counter() - start
+    h.rank_bytes = [keep.past_bytes + comm.ledger.total_bytes()]
     return h
 
 
@@ -126,23 +97,12 @@ def traffic(records) -> dict:
     return out
 
 
-def engine(ctx: RankContext, cfg: TrainConfig, comm: Collective) -> Engine:
-    """Everything one rank needs for ``cfg``: model, optimizer, aggregator, straggler, attack,
-    averaging (the named extension points of the loop)."""
-    data, model, params, opt, agg = build(cfg, comm, ctx.device)
-    e = Engine(cfg, ctx.rank, ctx.world_size, ctx.device, comm, data, model, params, opt, agg,
-               models.loss_fn(data.task),
-               straggler=Straggler(cfg.slow_ranks.get(ctx.rank, 1.0), cfg.jitter, cfg.seed,
-                                   ctx.rank))
-    bad = ctx.rank >= ctx.world_size - cfg.byzantine
-    e.attack = attacks.make(cfg.attack, e, bad, **cfg.attack_kw)
-    e.averaging = averaging.make(cfg.averaging, e, **cfg.averaging_kw)
-    return e
-
-
-def train_configs(ctx: RankContext, configs: list[TrainConfig]) -> list[History]:
-    """Worker: run several configs one after another in the same process group."""
-    return [train_rank(ctx, c, f"{i + 1}/{len(configs)} {c.name}") for i, c in enumerate(configs)]
+def train_configs(ctx: RankContext, configs: list[TrainConfig], checkpoint: dict | None = None
+                  ) -> list[History]:
+    """Worker: run several configs one after another in the same process group; rank 0
+    streams each one's history, tagged with its index."""
+    return [train_rank(ctx, c, f"{i + 1}/{len(configs)} {c.name}", stream=i,
+                       checkpoint=checkpoint) for i, c in enumerate(configs)]
 
 
 def _merge(per_rank: list[History]) -> History:
@@ -153,8 +113,23 @@ def _merge(per_rank: list[History]) -> History:
     return h
 
 
-def train_many(configs: list[TrainConfig], workers: int, **launch_kw) -> list[History]:
-    """Run ``configs`` on ``workers`` ranks in a single launch (process start is paid once)."""
+def _failed(err: LaunchError, configs: list[TrainConfig], workers: int) -> RunFailed:
+    """The error, with the history rank 0 streamed for the config that was running."""
+    if not err.records:
+        return RunFailed(err, None)
+    i = err.records[-1][1][0]
+    h = History(configs[i].to_dict(), workers)
+    for _, (tag, delta) in err.records:
+        if tag == i:
+            extend(h, delta)
+    return RunFailed(err, h if h.steps else None)
+
+
+def train_many(configs: list[TrainConfig], workers: int, *, _checkpoint: dict | None = None,
+               **launch_kw) -> list[History]:
+    """Run ``configs`` on ``workers`` ranks in a single launch (process start is paid once).
+    If a rank raises, dies or hangs: :class:`~lab.run.RunFailed` with the history of the
+    config that was running, up to its last completed step."""
     configs = list(configs)
     if not configs or not all(isinstance(c, TrainConfig) for c in configs):
         raise TypeError("configs must be a non-empty list of TrainConfig")
@@ -162,10 +137,26 @@ def train_many(configs: list[TrainConfig], workers: int, **launch_kw) -> list[Hi
         c.check_workers(workers)
     launch_kw.setdefault("timeout", 60 + 30 * len(configs))
     launch_kw.setdefault("device", "cpu")
-    results = launch(train_configs, workers, configs, **launch_kw)
+    try:
+        results = launch(train_configs, workers, configs, _checkpoint, **launch_kw)
+    except LaunchError as err:
+        raise _failed(err, configs, workers) from err
     return [_merge([r[i] for r in results]) for i in range(len(configs))]
 
 
-def train(config: TrainConfig, workers: int = 1, **launch_kw) -> History:
-    """Run one config on ``workers`` real processes; returns the merged History."""
-    return train_many([config], workers, **launch_kw)[0]
+def train(config: TrainConfig, workers: int = 1, *, checkpoint_every: int = 0,
+          checkpoint_dir=None, resume=None, **launch_kw) -> History:
+    """Run one config on ``workers`` real processes; returns the merged History.
+
+    ``checkpoint_every=N`` writes a checkpoint into ``checkpoint_dir`` every N completed steps
+    (:mod:`lab.run.checkpoint`); ``resume=DIR`` continues from the newest checkpoint in DIR
+    (same config and workers, else a ValueError naming what differs) and returns one History
+    of all the steps. Resumed, a run ends with the same parameters, bitwise on the CPU, as if
+    it had never stopped. A failure raises :class:`~lab.run.RunFailed`."""
+    plan = None
+    if isinstance(config, TrainConfig):  # else train_many names the bad argument
+        plan = checkpoint_mod.plan(checkpoint_every, checkpoint_dir, resume, config.to_dict(),
+                                   workers, "train")
+        if plan is not None:
+            rank_state.check(config)
+    return train_many([config], workers, _checkpoint=plan, **launch_kw)[0]
