@@ -84,7 +84,7 @@ def test_clipping_and_schedule_change_the_run_and_bad_values_are_refused():
 
 
 def test_cli_takes_the_authors_settings_and_a_replica_link(tmp_path, capsys):
-    from lab.pipeline.cli import main
+    from lab.cli.pipeline import main
     assert main(["--stages", "2", "--replicas", "2", "--schedule", "async-nesterov", "--steps", "3",
                  "--batch-size", "8", "--microbatches", "2", "--model-kw", "layers=2", "dim=16",
                  "--weight-decay", "0.01", "--clip", "10", "--lr-schedule", "cosine", "--warmup", "2",

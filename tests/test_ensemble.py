@@ -4,7 +4,7 @@ import json
 import pytest
 
 from lab.averaging import ensemble
-from lab.averaging.ensemble_cli import main
+from lab.cli.ensemble import main
 from lab.train import TrainConfig
 
 import lab.data

@@ -7,7 +7,7 @@ from torch.nn.utils import parameters_to_vector
 from lab import data as data_mod, models
 from lab.pipeline import PipelineConfig, train
 from lab.pipeline.async_1f1b import async_1f1b, staleness
-from lab.pipeline.cli import main as cli_main
+from lab.cli.pipeline import main as cli_main
 from lab.pipeline.gpipe import bubble_fraction, gpipe
 from lab.pipeline.loop import run_raw
 from lab.pipeline.nesterov import corrected_lr

@@ -199,7 +199,7 @@ def test_sketchml_bad_arguments_are_value_errors_naming_them(kw, match):
 
 
 def test_sketchml_parameters_reach_the_config_and_the_cli(capsys):
-    from lab.__main__ import _config, _train_parser
+    from lab.cli.train import add_parser as _train_parser, config as _config
     import argparse
     parser = argparse.ArgumentParser()
     _train_parser(parser.add_subparsers(dest="command"))
@@ -209,7 +209,7 @@ def test_sketchml_parameters_reach_the_config_and_the_cli(capsys):
     assert cfg.compressor_kw == {"groups": 4, "col_ratio": 0.5, "buckets": 64}
     codec = compress.make(cfg.compressor, **cfg.compressor_kw)
     assert (codec.groups, codec.col_ratio, codec.buckets, codec.span) == (4, 0.5, 64, 16)
-    from lab.__main__ import main
+    from lab.cli import main
     assert main(["train", "--compressor", "sketchml", "--compressor-kw", "col_ratio=0"]) == 2
     assert "col_ratio" in capsys.readouterr().err
 

@@ -1,67 +1,7 @@
-"""``python -m lab bench [launch|collectives|codecs|topk|NAME|all] [options]``
-
-The four built-in benchmarks are listed below; any other module ``lab/bench/NAME.py`` with a
-``main(argv)`` function is a benchmark too (``python -m lab bench p3 --json``), so adding a
-benchmark is adding a file.
-"""
-from __future__ import annotations
-
-import argparse
-import importlib
-import pkgutil
+"""``python -m lab.bench``: the same as ``python -m lab bench`` (see ``lab.cli.bench``)."""
 import sys
 
-from .table import print_rows
-
-BUILTIN = ("launch", "collectives", "codecs", "topk")
-_HELPERS = {"table", "__main__"}
-
-
-def plugins() -> list[str]:
-    """Benchmark modules with their own ``main(argv)`` (besides the built-in four)."""
-    from .. import bench
-    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__)
-                  if m.name not in _HELPERS and m.name not in BUILTIN)
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["codecs"]:  # its own options: --device, --sizes, --codecs, --json
-        from .codecs import main as codecs_main
-        codecs_main(argv[1:])
-        return 0
-    if argv[:1] and argv[0] in plugins():
-        out = importlib.import_module(f"{__package__}.{argv[0]}").main(argv[1:])
-        return out if isinstance(out, int) else 0
-    p = argparse.ArgumentParser(prog="python -m lab bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", nargs="?", default="all", choices=[*BUILTIN, *plugins(), "all"])
-    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
-    a = p.parse_args(argv)
-    want = lambda w: a.what in (w, "all")  # noqa: E731
-    if want("launch"):
-        from .launch import run
-        print_rows(run(repeats=2 if a.quick else 3), "launch time, 4 ranks")
-    if want("collectives"):
-        from .collectives import bookkeeping_us, fit, overhead
-        print(f"\nlab.comm bookkeeping per call (timing + ledger record): {bookkeeping_us():.2f} us")
-        print_rows(overhead(iters=50 if a.quick else 200), "lab.comm allreduce vs raw torch.distributed (2 ranks)")
-        ab, rows = fit(repeats=3 if a.quick else 5)
-        print_rows(rows, "collective sweep (gloo, loopback)")
-        print(f"\nfitted alpha = {ab.alpha * 1e6:.1f} us, beta = {ab.beta * 1e9:.3f} ns/B "
-              f"(bandwidth {ab.bandwidth / 1e9:.2f} GB/s)")
-    if want("codecs"):
-        from .codecs import main as codecs_main
-        codecs_main(["--quick"] if a.quick else [])
-    if want("topk"):
-        from .topk import main as topk_main
-        topk_main()
-    if a.what == "all":
-        for name in plugins():
-            print(f"\n== {name} (python -m lab bench {name}) ==")
-            importlib.import_module(f"{__package__}.{name}").main(["--quick"] if a.quick else [])
-    return 0
-
+from ..cli.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -97,11 +97,12 @@ def run(size=1_000_000, density=0.01, workers=(2, 4), networks=("none", "1Gbps,1
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m lab bench artopk", description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=None, help="gradient entries (default 1M; quick 200k)")
-    ap.add_argument("--density", type=float, default=0.01)
-    ap.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--density", type=float, default=0.01, help="fraction of entries kept (default 0.01)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="world sizes (default: 2 4)")
     ap.add_argument("--networks", nargs="+", default=["none", "1Gbps,1ms"],
                     help="'none' (loopback) or links such as 1Gbps,1ms")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timed calls per row after a warm-up, their median reported (default 7; quick 3)")
     ap.add_argument("--quick", action="store_true", help="a smaller gradient, fewer repeats")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args([] if argv is None else argv)

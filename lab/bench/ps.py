@@ -38,10 +38,11 @@ def run(workers=(2, 4, 8), steps: int = 40, model: str = "mlp") -> list[dict]:
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m lab bench ps", description=__doc__.split("\n")[0])
-    p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8],
+                   help="world sizes, the server included (default: 2 4 8)")
+    p.add_argument("--steps", type=int, default=40, help="training steps per run")
     p.add_argument("--quick", action="store_true", help="2 and 4 workers, 15 steps")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = p.parse_args([] if argv is None else argv)
     if any(n < 1 for n in a.workers) or a.steps < 1:
         p.error("--workers and --steps must be positive")

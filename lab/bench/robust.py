@@ -58,11 +58,12 @@ def averaging_bytes(steps: int = 32, workers: int = 4) -> list[dict]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lab bench robust", description=__doc__.split("\n")[0])
-    ap.add_argument("--ns", type=int, nargs="+", default=[8, 16])
-    ap.add_argument("--d", type=int, default=1_000_000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ns", type=int, nargs="+", default=[8, 16],
+                    help="numbers of gradients each rule combines (default: 8 16)")
+    ap.add_argument("--d", type=int, default=1_000_000, help="entries per gradient")
+    ap.add_argument("--repeats", type=int, default=3, help="timed calls, their median reported")
     ap.add_argument("--quick", action="store_true", help="d = 100,000, one repeat, 16 steps")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args([] if argv is None else argv)
     d, repeats, steps = (100_000, 1, 16) if a.quick else (a.d, a.repeats, 32)
     rules, avg = time_rules(a.ns, d, repeats), averaging_bytes(steps)

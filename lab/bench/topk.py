@@ -70,10 +70,12 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m lab.bench topk", description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    ap.add_argument("--densities", type=float, nargs="+", default=[0.01, 0.001])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000],
+                    help="entries per tensor (default: 1M 10M)")
+    ap.add_argument("--densities", type=float, nargs="+", default=[0.01, 0.001],
+                    help="fractions of entries kept (default: 0.01 0.001)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls, their median reported")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: leave as is)")
     args = ap.parse_args([] if argv is None else argv)  # never read the caller's sys.argv
     rows = run(args.sizes, args.densities, args.repeats, args.threads)
     print(format_table(rows))

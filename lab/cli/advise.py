@@ -5,36 +5,43 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+
+from .args import integer, kind_type, network_type, number, parser as new_parser
+
+HELP = "which method to use on a given cluster: python -m lab advise --help"
+
+
+def parser():
+    """The parser of ``python -m lab advise``."""
+    from ..advise import METHODS
+    ap = new_parser("python -m lab advise", __doc__)
+    ap.add_argument("--model", default="mlp", type=kind_type("model", "advise"),
+                    help="the model whose traffic and codec time are measured (default mlp)")
+    ap.add_argument("--workers", type=integer(2), default=4, help="ranks (>= 2)")
+    ap.add_argument("--network", default="1gbps", type=network_type("advise"),
+                    help="the link: a preset (1gbps, 10gbps, ...) or 'BANDWIDTH,LATENCY', "
+                         "e.g. 1Gbps,1ms")
+    ap.add_argument("--target", type=number(0, 1, lo_open=True), default=None,
+                    help="held-out accuracy to reach (default: the stored curves' target)")
+    ap.add_argument("--params", type=number(0, lo_open=True), default=None,
+                    help="your model's parameter count (with --compute-ms): traffic and codec "
+                         "time are scaled from --model's")
+    ap.add_argument("--compute-ms", type=number(0, lo_open=True), default=None,
+                    help="your forward + backward time per step and rank, in ms (with --params)")
+    ap.add_argument("--methods", nargs="+", default=None, type=kind_type("method", "advise"),
+                    metavar="METHOD",
+                    help=f"rank only these (default: all of {', '.join(METHODS)})")
+    ap.add_argument("--no-cache", action="store_true", help="measure the profiles again")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return ap
 
 
 def main(argv=None) -> int:
-    from ..models import names as model_names
-    from . import METHODS, advise
-    ap = argparse.ArgumentParser(prog="python -m lab advise", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="mlp", choices=model_names(),
-                    help="the model whose traffic and codec time are measured (default mlp)")
-    ap.add_argument("--workers", type=int, default=4, help="ranks (>= 2)")
-    ap.add_argument("--network", default="1gbps",
-                    help="the link: a preset (1gbps, 10gbps, ...) or 'BANDWIDTH,LATENCY', "
-                         "e.g. 1Gbps,1ms")
-    ap.add_argument("--target", type=float, default=None,
-                    help="held-out accuracy to reach (default: the stored curves' target)")
-    ap.add_argument("--params", type=float, default=None,
-                    help="your model's parameter count (with --compute-ms): traffic and codec "
-                         "time are scaled from --model's")
-    ap.add_argument("--compute-ms", type=float, default=None,
-                    help="your forward + backward time per step and rank, in ms (with --params)")
-    ap.add_argument("--methods", nargs="+", default=None, choices=list(METHODS),
-                    help="rank only these (default: all)")
-    ap.add_argument("--no-cache", action="store_true", help="measure the profiles again")
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    """``python -m lab advise ARGS``: the ranking, as a table or JSON."""
+    from ..advise import advise
+    ap = parser()
     a = ap.parse_args(argv)
-    if a.workers < 2:
-        ap.error(f"--workers must be >= 2, got {a.workers}")
     if (a.params is None) != (a.compute_ms is None):
         ap.error("--params and --compute-ms go together")
     try:
@@ -53,7 +60,3 @@ def main(argv=None) -> int:
         print(f"{i:>4}  {r.method:10s} {r.family:15s} {t:>10s} {1e3 * r.step_s:8.2f} "
               f"{r.steps:6.0f}  {r.reason}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

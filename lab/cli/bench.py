@@ -1,0 +1,71 @@
+"""``python -m lab bench [launch|collectives|codecs|topk|NAME|all] [options]``
+
+The four built-in benchmarks are listed below; any other module ``lab/bench/NAME.py`` with a
+``main(argv)`` function is a benchmark too (``python -m lab bench p3 --json``), so adding a
+benchmark is adding a file.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+from .args import parser as new_parser
+
+HELP = "benchmarks: python -m lab bench --help"
+BUILTIN = ("launch", "collectives", "codecs", "topk")
+_HELPERS = {"table", "__main__"}
+
+
+def plugins() -> list[str]:
+    """Benchmark modules with their own ``main(argv)`` (besides the built-in four)."""
+    from .. import bench
+    return sorted(m.name for m in pkgutil.iter_modules(bench.__path__)
+                  if m.name not in _HELPERS and m.name not in BUILTIN)
+
+
+def parser():
+    """The parser of ``python -m lab bench`` (each benchmark module parses its own flags)."""
+    p = new_parser("python -m lab bench", __doc__)
+    p.add_argument("what", nargs="?", default="all", choices=[*BUILTIN, *plugins(), "all"],
+                   help="which benchmark (default: all); NAME --help for its own flags")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    return p
+
+
+def main(argv=None) -> int:
+    """``python -m lab bench ARGS``: run one benchmark (with its own flags) or all of them."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["codecs"]:  # its own options: --device, --sizes, --codecs, --json
+        from ..bench.codecs import main as codecs_main
+        codecs_main(argv[1:])
+        return 0
+    if argv[:1] and argv[0] in plugins():
+        out = importlib.import_module(f"lab.bench.{argv[0]}").main(argv[1:])
+        return out if isinstance(out, int) else 0
+    a = parser().parse_args(argv)
+    want = lambda w: a.what in (w, "all")  # noqa: E731
+    from ..bench.table import print_rows
+    if want("launch"):
+        from ..bench.launch import run
+        print_rows(run(repeats=2 if a.quick else 3), "launch time, 4 ranks")
+    if want("collectives"):
+        from ..bench.collectives import bookkeeping_us, fit, overhead
+        print(f"\nlab.comm bookkeeping per call (timing + ledger record): {bookkeeping_us():.2f} us")
+        print_rows(overhead(iters=50 if a.quick else 200),
+                   "lab.comm allreduce vs raw torch.distributed (2 ranks)")
+        ab, rows = fit(repeats=3 if a.quick else 5)
+        print_rows(rows, "collective sweep (gloo, loopback)")
+        print(f"\nfitted alpha = {ab.alpha * 1e6:.1f} us, beta = {ab.beta * 1e9:.3f} ns/B "
+              f"(bandwidth {ab.bandwidth / 1e9:.2f} GB/s)")
+    if want("codecs"):
+        from ..bench.codecs import main as codecs_main
+        codecs_main(["--quick"] if a.quick else [])
+    if want("topk"):
+        from ..bench.topk import main as topk_main
+        topk_main()
+    if a.what == "all":
+        for name in plugins():
+            print(f"\n== {name} (python -m lab bench {name}) ==")
+            importlib.import_module(f"lab.bench.{name}").main(["--quick"] if a.quick else [])
+    return 0

@@ -1,0 +1,53 @@
+"""What ``train`` and ``pipeline`` share on the command line: the checkpoint flags, the out
+folder (history.json, history.csv, plot.png) and what a failed run leaves there."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from .args import folder, integer
+
+
+def add_checkpoint_flags(p) -> None:
+    """``--checkpoint-every N`` and ``--resume DIR`` on parser ``p``."""
+    p.add_argument("--checkpoint-every", type=integer(0), default=0, metavar="N",
+                   help="write a checkpoint every N steps into OUT/checkpoint (0: none)")
+    p.add_argument("--resume", type=folder, default=None, metavar="DIR",
+                   help="continue the run checkpointed in DIR (an --out folder or its "
+                        "checkpoint/ subfolder)")
+
+
+def checkpoint_kw(a) -> dict:
+    """The checkpoint keywords of ``train`` for parsed flags ``a`` (none when neither flag is
+    given, so a plain run calls ``train`` as before)."""
+    kw = {}
+    if a.checkpoint_every:
+        kw.update(checkpoint_every=a.checkpoint_every,
+                  checkpoint_dir=pathlib.Path(a.out) / "checkpoint")
+    if a.resume is not None:
+        inner = a.resume / "checkpoint"
+        kw["resume"] = inner if inner.is_dir() else a.resume
+    return kw
+
+
+def report_failure(e, out) -> int:
+    """Save what the failed run kept into ``out`` and say where, on stderr; exit status 1."""
+    paths = e.save(out)
+    print(f"\nerror: the run failed: {e.error['cause']}", file=sys.stderr)
+    if paths:
+        print("kept: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if e.history is None:
+        print("no step completed, so there is no history", file=sys.stderr)
+    return 1
+
+
+def write_history(hist, out, title: str | None = None) -> list[pathlib.Path]:
+    """history.json, history.csv and plot.png of ``hist`` into folder ``out``."""
+    from ..viz import plot_history
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "history.json", out / "history.csv", out / "plot.png"]
+    hist.to_json(paths[0])
+    hist.to_csv(paths[1])
+    plot_history([hist], path=paths[2], **({"title": title} if title else {}))
+    return paths

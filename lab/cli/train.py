@@ -1,0 +1,166 @@
+"""``python -m lab train``: data-parallel training from flags, or under torchrun.
+
+    python -m lab train --model mlp --data digits --workers 4 --steps 200 \\
+        --compressor fp16 --network 1Gbps --out runs/fp16
+    python -m lab train --steps 500 --checkpoint-every 50 --out runs/long   # killed? then:
+    python -m lab train --steps 500 --checkpoint-every 50 --out runs/long --resume runs/long
+    torchrun --nproc-per-node 4 -m lab train --model mlp --compressor topk --compressor-kw density=0.01
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .args import (integer, key_value, kind_type, network_schedule, network_type, number, parser as
+                   new_parser, rank_factor)
+from .runs import add_checkpoint_flags, checkpoint_kw, report_failure, write_history
+
+HELP = "data-parallel training from flags"
+
+
+def add_arguments(p) -> None:
+    """The flags of ``train`` on parser ``p``."""
+    name = kind_type
+    kw = dict(nargs="*", metavar="K=V", type=key_value)
+    p.add_argument("--model", default="mlp", type=name("model"), help="a model (python -m lab list)")
+    p.add_argument("--data", default="digits", type=name("data"), help="a data set")
+    p.add_argument("--workers", type=integer(1), default=2,
+                   help="ranks to launch (ignored under torchrun)")
+    p.add_argument("--steps", type=integer(1), default=100, help="optimizer steps")
+    p.add_argument("--batch-size", type=integer(1), default=64, help="global batch")
+    p.add_argument("--lr", type=number(0, lo_open=True), default=0.1, help="learning rate")
+    p.add_argument("--optimizer", default="sgd", type=name("optimizer"), help="sgd or adam")
+    p.add_argument("--momentum", type=number(0, 1, hi_open=True), default=0.0,
+                   help="SGD momentum")
+    p.add_argument("--compressor", default="none", type=name("compressor"),
+                   help="the codec of each gradient (python -m lab list)")
+    p.add_argument("--compressor-kw", **kw, help="the compressor's parameters, e.g. density=0.01")
+    p.add_argument("--error-feedback", action="store_true",
+                   help="wrap the compressor in error feedback (the residual is sent later)")
+    p.add_argument("--aggregator", default="auto", type=name("aggregator", extra=("auto",)),
+                   help="how the gradients are combined (auto: dense allreduce without a "
+                        "codec, else 'compressed')")
+    p.add_argument("--aggregator-kw", **kw, help="the aggregator's parameters, e.g. rank=2")
+    p.add_argument("--layerwise", action="store_true",
+                   help="aggregate tensor by tensor, not one flat vector")
+    p.add_argument("--network", default=None, type=network_type(),
+                   help="an emulated link, e.g. 1Gbps, '100Mbps,2ms', 10gbps")
+    p.add_argument("--network-schedule", default=None, metavar="LINK:STEPS ...",
+                   type=network_schedule,
+                   help="a network that changes, e.g. '25Gbps,1ms:50 1Gbps,32ms:50'")
+    p.add_argument("--schedule", default="sync", type=name("schedule"),
+                   help="when gradients move (sync, fifo, p3, ...)")
+    p.add_argument("--schedule-kw", **kw, help="the schedule's parameters, e.g. slice_size=40000")
+    p.add_argument("--averaging", default="none", type=name("averaging"),
+                   help="after the step (none, local, easgd, ...)")
+    p.add_argument("--averaging-kw", **kw, help="the averaging's parameters, e.g. period=8")
+    p.add_argument("--sync", default="allreduce", type=name("sync"),
+                   help="who talks to whom (allreduce, bsp, ssp, ...)")
+    p.add_argument("--sync-kw", **kw, help="the sync mode's parameters, e.g. staleness=3")
+    p.add_argument("--slow-ranks", nargs="*", metavar="RANK=FACTOR", type=rank_factor,
+                   help="stragglers: rank computes FACTOR times slower, e.g. 1=3.0")
+    p.add_argument("--jitter", type=number(0), default=0.0,
+                   help="random extra delay per step and rank, uniform in [0, JITTER] seconds")
+    p.add_argument("--byzantine", type=integer(0), default=0,
+                   help="how many ranks (the last) attack")
+    p.add_argument("--attack", default="none", type=name("attack"),
+                   help="what the byzantine ranks send (alie, ipm, signflip, ...)")
+    p.add_argument("--attack-kw", **kw, help="the attack's parameters")
+    p.add_argument("--model-kw", **kw, help="the model's parameters, e.g. hidden=128")
+    p.add_argument("--data-kw", **kw, help="the data set's parameters")
+    p.add_argument("--eval-every", type=integer(0), default=20,
+                   help="steps between held-out evaluations (0: only at the end)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, data and codecs")
+    p.add_argument("--device", default="cpu", choices=["cpu", "auto", "cuda"],
+                   help="where each rank computes")
+    p.add_argument("--timeout", type=number(0, lo_open=True), default=600.0,
+                   help="seconds before a silent rank counts as hung")
+    p.add_argument("--out", default="runs/latest", help="folder for history.json/.csv and plot.png")
+    add_checkpoint_flags(p)
+
+
+def add_parser(sub):
+    """Add ``train`` to the subparsers ``sub`` (returns its parser)."""
+    p = sub.add_parser("train", help=HELP)
+    add_arguments(p)
+    return p
+
+
+def parser():
+    """The parser of ``python -m lab train``."""
+    p = new_parser("python -m lab train", __doc__)
+    add_arguments(p)
+    return p
+
+
+def config(a):
+    """The ``TrainConfig`` of parsed flags ``a`` (it checks what depends on more than one flag)."""
+    from ..train import TrainConfig
+    return TrainConfig(model=a.model, data=a.data, steps=a.steps, batch_size=a.batch_size, lr=a.lr,
+                       optimizer=a.optimizer, momentum=a.momentum, compressor=a.compressor,
+                       compressor_kw=dict(a.compressor_kw or ()),
+                       error_feedback=a.error_feedback, aggregator=a.aggregator,
+                       aggregator_kw=dict(a.aggregator_kw or ()),
+                       layerwise=a.layerwise or None, network=a.network,
+                       network_schedule=a.network_schedule, eval_every=a.eval_every, seed=a.seed,
+                       schedule=a.schedule, schedule_kw=dict(a.schedule_kw or ()),
+                       averaging=a.averaging, averaging_kw=dict(a.averaging_kw or ()),
+                       sync=a.sync, sync_kw=dict(a.sync_kw or ()),
+                       slow_ranks=dict(a.slow_ranks or ()), jitter=a.jitter,
+                       byzantine=a.byzantine, attack=a.attack,
+                       attack_kw=dict(a.attack_kw or ()), model_kw=dict(a.model_kw or ()),
+                       data_kw=dict(a.data_kw or ()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab train ARGS``: 0 when the run is written, 1 when it failed (what it kept
+    is written), 2 for a bad configuration."""
+    a = parser().parse_args(argv)
+    from ..train import table
+    try:
+        cfg = config(a)
+    except (ValueError, TypeError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
+        if a.checkpoint_every or a.resume:
+            print("error: --checkpoint-every and --resume work with --workers, not under torchrun",
+                  file=sys.stderr)
+            return 2
+        hist = _under_torchrun(cfg, a)
+        if hist is None:
+            return 0
+    else:
+        try:
+            cfg.check_workers(a.workers)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        from ..run import RunFailed
+        from ..train import train
+        try:
+            hist = train(cfg, a.workers, device=a.device, timeout=a.timeout, **checkpoint_kw(a))
+        except RunFailed as e:
+            return report_failure(e, a.out)
+        except ValueError as e:  # before launch: a checkpoint of another config, ...
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    paths = write_history(hist, a.out)
+    print(table([hist]))
+    print(f"\nwrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+def _under_torchrun(cfg, a):
+    """This rank's share of the run torchrun started; the merged History on rank 0, else None."""
+    import torch.distributed as dist
+    from ..runtime import from_env
+    from ..train import train_rank
+    from ..train.loop import _merge
+    ctx = from_env(device=a.device, timeout=a.timeout)
+    cfg.check_workers(ctx.world_size)
+    mine = train_rank(ctx, cfg)
+    per_rank = [None] * ctx.world_size
+    dist.all_gather_object(per_rank, mine)  # results to rank 0, outside the ledger
+    dist.destroy_process_group()
+    return _merge(per_rank) if ctx.rank == 0 else None
