@@ -10,6 +10,8 @@
    exchange on the wire at a time and with 8 in flight.
 3. ``ddp_hook``: a DDP step with ``lab.hooks.codec_hook`` (fp16) against torch's own
    ``fp16_compress_hook`` on the same model (target: <= 1.05x).
+4. ``ps_table`` (``--ps``): P3 on parameter servers (``sync="p3-ps"``) against ``bsp`` on one
+   server and the sliced, sharded FIFO baseline, 4 ranks (1 server + 3 workers, 2 + 2).
 
 ``--layers FILE`` instead records each model's per-layer compute profile (``layer_profile``),
 with the command, machine and date that measured it: Part 7 checks the paper's claims on the
@@ -187,6 +189,42 @@ def layer_profile(models=("vgg", "resnet"), steps: int = 40, repeats: int = 3) -
             "models": out}
 
 
+PS_NETWORKS = NETWORKS[:3]
+#: label -> (servers, sync mode, sync_kw) of the parameter-server table
+PS_RUNS = {"bsp": (1, "bsp", {}),
+           "sharded fifo": (1, "p3-ps", {"priority": False}),
+           "p3-ps": (1, "p3-ps", {"priority": True}),
+           "sharded fifo, 2 servers": (2, "p3-ps", {"servers": 2, "priority": False}),
+           "p3-ps, 2 servers": (2, "p3-ps", {"servers": 2, "priority": True})}
+
+
+def ps_table(model: str = "vgg", networks=PS_NETWORKS, ranks: int = 4, steps: int = 8,
+             rounds: int = 2, warmup: int = 2) -> list[dict]:
+    """P3 on parameter servers (:mod:`lab.sync.p3_server`) against ``bsp`` on one server, on
+    ``ranks`` ranks: per link and scheme, the median measured step time (the workers' compute
+    plus exposed waits; ``bsp``: the server's time per ``n`` gradients) over the steps after
+    ``warmup`` of ``rounds`` runs taken in turns, the speedup over ``bsp``, p3-ps's speedup over
+    the sharded FIFO baseline with as many servers, and the final loss's distance from
+    ``bsp``'s (2 servers leave 2 workers, whose shards sum the batch in another order)."""
+    cfgs = [((n, label), config(model, "sync", n, steps).with_(sync=sync, sync_kw=kw))
+            for _ in range(rounds) for n in networks for label, (_, sync, kw) in PS_RUNS.items()]
+    hs = train_many([c for _, c in cfgs], ranks, timeout=120 + 60 * len(cfgs), progress=False)
+    times, loss = {}, {}
+    for (key, _), h in zip(cfgs, hs):
+        times.setdefault(key, []).extend(h.step_s[warmup:])
+        loss.setdefault(key, h.loss[-1])
+    rows = []
+    for n in networks:
+        ms = {label: 1e3 * float(np.median(times[n, label])) for label in PS_RUNS}
+        for label, (servers, _, _) in PS_RUNS.items():
+            fifo = label.replace("p3-ps", "sharded fifo")
+            rows.append({"link": n, "scheme": label, "servers": servers, "workers": ranks - servers,
+                         "ms/step": round(ms[label], 1), "speedup": round(ms["bsp"] / ms[label], 3),
+                         "x fifo": round(ms[fifo] / ms[label], 3) if fifo != label else None,
+                         "loss - bsp": float(f"{loss[n, label] - loss[n, 'bsp']:.2g}")})
+    return rows
+
+
 ENGINE_RUNS = {"sync": ("sync", {}), "fifo": ("fifo", {}), "p3": ("p3", {}),
                "fifo, 8 in flight": ("fifo", {"in_flight": 8}),
                "p3, 8 in flight": ("p3", {"in_flight": 8})}
@@ -255,6 +293,9 @@ def main(argv=None) -> int:
                    help="rounds of turns in the schedule table, 3 steps of each schedule per round "
                         "(default 4)")
     p.add_argument("--only", choices=["schedules"], help="only the schedule table")
+    p.add_argument("--ps", action="store_true",
+                   help="only the parameter-server table: bsp on one server vs the sharded FIFO "
+                        "baseline vs p3-ps (sync='p3-ps'), VGG-like, 4 ranks")
     p.add_argument("--layers", metavar="FILE",
                    help="only record the per-layer compute profile of each model, as JSON")
     a = p.parse_args(argv)
@@ -267,6 +308,14 @@ def main(argv=None) -> int:
         return 0
     if min(a.workers) < 1 or a.rounds < 1:
         p.error("--workers and --rounds must be >= 1")
+    if a.ps:
+        rows = ps_table(steps=6 if a.quick else 8, rounds=1 if a.quick else 2)
+        if a.json:
+            print(json.dumps({"ps": rows, "machine": machine()}, indent=1))
+        else:
+            print_rows(rows, "P3 on parameter servers: step time by scheme (VGG-like, 4 ranks, "
+                             "emulated links)")
+        return 0
     out = {"schedules": schedule_table(workers=tuple(a.workers), rounds=2 if a.quick else a.rounds)}
     if a.only is None:
         out["engine_cost"] = engine_cost(steps=15 if a.quick else 30, repeats=2 if a.quick else 3)
