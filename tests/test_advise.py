@@ -5,6 +5,7 @@ a link, priced by ``lab.advise.estimate.comm_seconds``, equals the modeled commu
 the same run records on an emulated link (both use the link's alpha-beta model; the traffic is
 the same payloads). Penalties come from measured curves; bad input is named.
 """
+import json
 import math
 
 import pytest
@@ -73,3 +74,28 @@ def test_stored_curves_are_used_only_for_the_settings_they_were_measured_with():
     changed = {**conv, "settings": {**conv["settings"],
                                     "topk+ef": {**conv["settings"]["topk+ef"], "lr": 1.0}}}
     assert "other settings" in penalty(changed, "topk+ef", 4)[2]
+
+
+def test_a_model_without_curves_borrows_the_measured_models_mean_penalty(tmp_path):
+    from lab.advise.estimate import borrowed_penalty
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps({"_meta": {}, "mlp": {"target": 0.9, "curves": {
+        "fp32": {"4": [[10, 0.95]]}, "dgc": {"4": [[20, 0.95]]}, "zip": {"4": [[5, 0.1]]}}},
+        "cnn": {"target": 0.9, "curves": {"fp32": {"4": [[30, 0.95]]}, "dgc": {"4": [[30, 0.95]]},
+                                          "zip": {"4": [[5, 0.1]]}}}}))
+    pen, ref, why = borrowed_penalty("dgc", 4, path)
+    assert (pen, ref) == (1.5, 20.0) and "mean of mlp+cnn" in why     # (2 + 1) / 2, (10 + 30) / 2
+    assert borrowed_penalty("dgc", 4, path, exclude="cnn")[:2] == (2.0, 10.0)
+    assert borrowed_penalty("zip", 4, path)[0] == math.inf           # failed on every model
+    assert borrowed_penalty("dgc", 4, tmp_path / "none.json")[:2] == (1.0, None)
+    real = borrowed_penalty("topk+ef", 4)                            # the stored curves
+    assert real[1] is not None and 1.0 <= real[0] < 3.0 and "linear" not in real[2]
+
+
+def test_a_step_never_communicates_faster_than_its_collectives_ran_on_loopback():
+    from lab.advise.estimate import step_seconds
+    prof = StepProfile("fp32", "mlp", 4, 0.01, 0.0, {"allreduce": [1, 1000]}, 1000, comm_s=0.02)
+    fast, slow = Network.parse("25Gbps,0.05ms"), Network.parse("100Mbps,20ms")
+    assert step_seconds(prof, 4, fast) == (0.03, 0.02)                 # the loopback floor
+    priced = comm_seconds(prof, 4, slow)
+    assert priced > 0.02 and step_seconds(prof, 4, slow) == (0.01 + priced, priced)

@@ -4,7 +4,8 @@ For a method, a link and a world size ``p``:
 
 - **one step** = compute + codec (both measured on this machine, :mod:`lab.advise.profile`)
   + communication, the ledger's per-step traffic priced by the alpha-beta model of the link
-  (``Network.time``, the same model the emulated link sleeps by);
+  (``Network.time``, the same model the emulated link sleeps by), and never less than the same
+  collectives measured on loopback (the floor the emulation cannot go below);
   for P3 (``schedule="p3"``) the communication overlaps the backward pass (two thirds of
   compute) and only what sticks out of it is counted (Part 7's overlap model, simplified);
 - **steps** = the method's convergence penalty (steps to the target relative to fp32
@@ -58,8 +59,12 @@ def comm_seconds(profile: StepProfile, p: int, link: Network) -> float:
 
 
 def step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
-    """(step seconds, exposed communication seconds) of one step."""
+    """(step seconds, exposed communication seconds) of one step. The emulated link lets each
+    collective run for real and then sleeps until its modeled time, so a step's communication
+    is never less than what the same collectives took on loopback (``profile.comm_s``, which
+    also holds the waits for ranks sharing the cores): the larger of the two is priced."""
     comm = comm_seconds(profile, p, link) if link is not None and p > 1 else 0.0
+    comm = max(comm, profile.comm_s)
     overlap = METHODS[profile.method].overrides.get("schedule") == "p3"
     exposed = max(0.0, comm - BACKWARD_SHARE * profile.compute_s) if overlap else comm
     return profile.compute_s + profile.codec_s + exposed, exposed
@@ -111,14 +116,41 @@ def _same_settings(conv: dict, method: str) -> bool:
     return keep(json.loads(json.dumps(now, default=str))) == keep(stored)
 
 
+def borrowed_penalty(method: str, p: int, path=CONVERGENCE, exclude: str = ""
+                     ) -> tuple[float, float | None, str]:
+    """(penalty, fp32's steps, where from) for a model whose curves were not measured: the
+    mean over the measured models (each at its own target) of their penalty and of fp32's
+    steps at ``p``. A method's extra steps come mostly from what its compressor does to the
+    gradient, not from the model, so the other models' average is the least-assuming guess;
+    ``inf`` only if the method failed on every measured model."""
+    if not path.exists():
+        return 1.0, None, "convergence not measured: assumed equal to fp32"
+    data = json.loads(path.read_text())
+    got = [(m, penalty(c, method, p)) for m, c in data.items()
+           if m not in ("_meta", exclude) and isinstance(c, dict) and c.get("curves")]
+    got = [(m, pen, ref) for m, (pen, ref, _) in got if ref is not None]
+    if not got:
+        return 1.0, None, "convergence not measured: assumed equal to fp32"
+    names = "+".join(m for m, _, _ in got)
+    finite = [pen for _, pen, _ in got if math.isfinite(pen)]
+    ref = sum(r for _, _, r in got) / len(got)
+    if not finite:
+        return math.inf, ref, f"failed to reach the target on every measured model ({names})"
+    pen = sum(finite) / len(finite)
+    return pen, ref, f"{pen:.2f}x fp32's steps: mean of {names} (this model not measured)"
+
+
 def predict(profiles: dict[str, StepProfile], p: int, link: Network, model: str,
             conv: dict | None = None, target: float | None = None) -> list[Prediction]:
-    """Every profiled method's prediction on ``link`` with ``p`` ranks, fastest first."""
+    """Every profiled method's prediction on ``link`` with ``p`` ranks, fastest first (a model
+    without measured curves borrows the others' penalties, :func:`~lab.advise.estimate.borrowed_penalty`)."""
+    borrow = conv is None and not convergence(model).get("curves")
     conv = convergence(model) if conv is None else conv
     out = []
     for name, prof in profiles.items():
         step, exposed = step_seconds(prof, p, link)
-        pen, ref, why = penalty(conv, name, p, target)
+        pen, ref, why = (borrowed_penalty(name, p, exclude=model) if borrow
+                         else penalty(conv, name, p, target))
         steps = pen * (ref if ref is not None else 1.0)
         parts = {"compute": prof.compute_s, "codec": prof.codec_s, "communication": exposed}
         top = max(parts, key=parts.get)

@@ -35,6 +35,7 @@ class StepProfile:
     codec_s: float             # compress + decompress (measured)
     traffic: dict              # op -> [calls, bytes] per step, rank 0's ledger
     params: int                # parameters of the model
+    comm_s: float = 0.0        # in collectives on loopback, no emulated link (measured)
 
     @property
     def bytes(self) -> float:
@@ -61,7 +62,7 @@ def summarise(history, method: str, model: str, params: int) -> StepProfile:
             acc[1] += nbytes / len(steps)
     return StepProfile(method, model, history.world_size,
                        float(np.mean(history.compute_s[tail])), float(np.mean(history.codec_s[tail])),
-                       traffic, params)
+                       traffic, params, float(np.mean(history.comm_s[tail])))
 
 
 def cache_dir() -> Path:
@@ -76,7 +77,7 @@ def _digest(cfg) -> str:
 
 def _key(model: str, world: int) -> Path:
     machine = f"{platform.node()}-{os.cpu_count()}cpu"
-    return cache_dir() / f"{machine}-{model}-w{world}.json"
+    return cache_dir() / f"{machine}-{model}-w{world}-v2.json"   # v2: with loopback comm_s
 
 
 def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: int = 16,

@@ -10,8 +10,18 @@
   steps run out; the measured seconds to the model's target accuracy go to
   ``book/10_choosing/grid.json``, the map of Part 10 and the ground truth the advisor is checked
   against.
+- **heldout**: configurations kept out of both (other links, world sizes, models; :data:`HELDOUT`
+  or ``--configs MODEL:WORLD:LINK ...``), measured as the timed part measures them and ranked by
+  :func:`lab.advise.advise`; per configuration the Spearman correlation of the two rankings and
+  whether the advisor's top pick is within 10% of the measured best go to
+  ``book/10_choosing/heldout.json``.
 
-Both files record the command, the machine and the date that produced them.
+- **profiles**: the advisor's step profiles (:func:`lab.advise.measure`) of each model at each
+  world size, to ``book/10_choosing/profiles.json``, so that the book reprices them (a faster
+  compute, another link) without training.
+
+``--repeats R`` measures every timed point R times (rows carry ``repeat``), for the spread.
+Every file records the command, the machine and the date that produced it.
 """
 from __future__ import annotations
 
@@ -28,8 +38,17 @@ from .table import machine
 ROOT = Path(__file__).resolve().parents[2]
 CONVERGENCE = ROOT / "lab" / "advise" / "convergence.json"
 TIMED = ROOT / "book" / "10_choosing" / "grid.json"
+HELDOUT_OUT = ROOT / "book" / "10_choosing" / "heldout.json"
+PROFILES_OUT = ROOT / "book" / "10_choosing" / "profiles.json"
 TARGETS = {"mlp": 0.9, "cnn": 0.9, "linear": 0.85}
 LINKS = ("100Mbps,5ms", "1Gbps,1ms", "10Gbps,0.1ms")
+#: Held-out configurations (model, world, link): links and models (the cnn is not in the timed
+#: grid; the linear model has no convergence curves at all) that the timed grid did not measure.
+#: World sizes must divide the global batch of 64, so the only unmeasured one is 16, too many
+#: ranks for two cores: the held-out worlds are 2, 4 and 8 on other links and models.
+HELDOUT = (("mlp", 8, "300Mbps,2ms"), ("mlp", 4, "5Gbps,0.2ms"), ("mlp", 2, "200Mbps,5ms"),
+           ("cnn", 4, "500Mbps,0.5ms"), ("linear", 4, "300Mbps,2ms"), ("linear", 8, "3Gbps,0.1ms"))
+WITHIN = 0.10   # a top pick "within 10%" of the measured best
 
 
 def provenance(argv) -> dict:
@@ -60,8 +79,11 @@ def curves(model: str, worlds, steps: int, eval_every: int, methods=None) -> dic
     return out
 
 
-def timed(model: str, worlds, links, steps: int, eval_every: int, methods=None) -> list[dict]:
-    """One row per (method, world, link): measured seconds to the target, bytes per step."""
+def timed(model: str, worlds, links, steps: int, eval_every: int, methods=None,
+          flush=None, repeats: int = 1) -> list[dict]:
+    """One row per (method, world, link, repeat): measured seconds to the target (and on the
+    link's modeled clock), bytes per step. ``flush(rows)`` is called after each (world, link),
+    so a long grid keeps what it measured."""
     from ..advise.methods import METHODS, base_config
     from ..train import train_many
     methods = [METHODS[m] for m in (methods or METHODS)]
@@ -69,15 +91,84 @@ def timed(model: str, worlds, links, steps: int, eval_every: int, methods=None) 
     for w in worlds:
         for link in links:
             cfgs = [m.config(base_config(model, steps, eval_every)).with_(network=link) for m in methods]
-            for m, h in zip(methods, train_many(cfgs, w, progress=False,
-                                                timeout=600 + 120 * len(methods))):
-                t = h.time_to(TARGETS[model])
-                rows.append({"model": model, "method": m.name, "family": m.family, "world": w,
-                             "link": link, "time_s": None if t == float("inf") else round(t, 4),
-                             "step_s": round(float(h.step_s.mean()), 5),
-                             "bytes_per_step": float(sum(h.bytes) / h.steps),
-                             "final_acc": round(h.test_acc[-1], 4)})
+            for r in range(repeats):
+                for m, h in zip(methods, train_many(cfgs, w, progress=False,
+                                                    timeout=600 + 120 * len(methods))):
+                    rows.append({"model": model, "method": m.name, "family": m.family, "world": w,
+                                 "link": link, "time_s": _finite(h.time_to(TARGETS[model])),
+                                 "modeled_s": _finite(h.time_to(TARGETS[model], "modeled")),
+                                 "step_s": round(float(h.step_s.mean()), 5),
+                                 "bytes_per_step": float(sum(h.bytes) / h.steps),
+                                 "final_acc": round(h.test_acc[-1], 4),
+                                 **({"repeat": r} if repeats > 1 else {})})
+            if flush is not None:
+                flush(rows)
     return rows
+
+
+def _finite(t: float):
+    return None if t == float("inf") else round(t, 4)
+
+
+def score(predicted: dict, measured: dict) -> dict:
+    """How well a predicted ranking matches a measured one. Both map method -> seconds to the
+    target (None or inf: never reached, ranked last). Returns the Spearman correlation of the
+    two orders, the advisor's top pick, the measured best, the pick's measured time over the
+    best's and whether that is within :data:`WITHIN`."""
+    from scipy.stats import spearmanr
+    names = sorted(predicted)
+    if set(names) != set(measured) or len(names) < 2:
+        raise ValueError(f"predicted and measured must name the same >= 2 methods, got "
+                         f"{sorted(predicted)} and {sorted(measured)}")
+    inf = float("inf")
+    pred = [inf if predicted[n] is None else predicted[n] for n in names]
+    meas = [inf if measured[n] is None else measured[n] for n in names]
+    pick = min(names, key=lambda n: pred[names.index(n)])
+    best = min(names, key=lambda n: meas[names.index(n)])
+    ratio = meas[names.index(pick)] / meas[names.index(best)]
+    return {"spearman": round(float(spearmanr(pred, meas).statistic), 4), "pick": pick,
+            "best": best, "pick_over_best": round(ratio, 4), "within": bool(ratio <= 1 + WITHIN)}
+
+
+def heldout(configs, steps: int, eval_every: int, methods=None, flush=None) -> list[dict]:
+    """Each held-out (model, world, link) measured by :func:`timed` and predicted as
+    :func:`lab.advise.advise` does (profiles taken on this machine at that world size, stored
+    with the result), scored."""
+    from dataclasses import asdict
+    from ..advise import METHODS, measure, predict
+    from ..comm.network import Network
+    out = []
+    for model, world, link in configs:
+        rows = timed(model, [world], [link], steps, eval_every, methods)
+        measured = {r["method"]: r["time_s"] for r in rows}
+        profiles = measure([METHODS[m] for m in (methods or METHODS)], model, world)
+        preds = predict(profiles, world, Network.parse(link), model, target=TARGETS[model])
+        predicted = {p.method: (None if p.time_s == float("inf") else round(p.time_s, 4))
+                     for p in preds}
+        out.append({"model": model, "world": world, "link": link, "target": TARGETS[model],
+                    **score(predicted, measured), "predicted": predicted, "measured": measured,
+                    "reasons": {p.method: p.reason for p in preds}, "rows": rows,
+                    "profiles": {k: asdict(v) for k, v in profiles.items()}})
+        if flush is not None:
+            flush(out)
+    return out
+
+
+def summary(results: list[dict]) -> dict:
+    """Mean and minimum Spearman, share of configurations with a top pick within 10%."""
+    rho = [r["spearman"] for r in results]
+    return {"configs": len(results), "spearman_mean": round(sum(rho) / len(rho), 4),
+            "spearman_min": min(rho),
+            "within_share": round(sum(r["within"] for r in results) / len(results), 4)}
+
+
+def _config(text: str):
+    try:
+        model, world, link = text.split(":", 2)
+        return model, int(world), link
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--configs wants MODEL:WORLD:LINK, e.g. mlp:6:300Mbps,2ms, got {text!r}") from None
 
 
 def main(argv=None) -> int:
@@ -91,8 +182,17 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", nargs="+", default=None, help="methods (default: all)")
     ap.add_argument("--steps", type=int, default=120, help="steps per run")
     ap.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
-    ap.add_argument("--part", choices=["convergence", "timed", "all"], default="all",
-                    help="which half of the grid to run")
+    ap.add_argument("--part", choices=["convergence", "timed", "all", "heldout", "profiles"],
+                    default="all", help="which part to run: all = convergence + timed; heldout "
+                    "and profiles are separate")
+    ap.add_argument("--configs", nargs="+", type=_config, default=list(HELDOUT),
+                    help="held-out configurations MODEL:WORLD:LINK (--part heldout)")
+    ap.add_argument("--out-heldout", type=Path, default=HELDOUT_OUT,
+                    help="where the held-out validation goes")
+    ap.add_argument("--out-profiles", type=Path, default=PROFILES_OUT,
+                    help="where the step profiles go (--part profiles)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="measure every timed point this many times (the spread)")
     ap.add_argument("--out-convergence", type=Path, default=CONVERGENCE,
                     help="where the convergence curves go")
     ap.add_argument("--out-timed", type=Path, default=TIMED, help="where the timed grid goes")
@@ -101,8 +201,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if any(w < 2 for w in a.workers):
         ap.error(f"--workers must all be >= 2, got {a.workers}")
-    if a.steps < 2 or a.eval_every < 1:
-        ap.error("--steps must be >= 2 and --eval-every >= 1")
+    if a.steps < 2 or a.eval_every < 1 or a.repeats < 1:
+        ap.error("--steps must be >= 2, --eval-every and --repeats >= 1")
+    if any(m not in TARGETS or w < 2 for m, w, _ in a.configs):
+        ap.error(f"--configs: models must be in {sorted(TARGETS)}, worlds >= 2, got {a.configs}")
     if a.quick:
         a.workers, a.steps = a.workers[:2], min(a.steps, 40)
     meta = provenance(argv)
@@ -114,10 +216,32 @@ def main(argv=None) -> int:
                            "curves": curves(model, a.workers, a.steps, a.eval_every, a.methods)}
         _write(a.out_convergence, data)
     if a.part in ("timed", "all"):
-        rows = [r for model in a.models
-                for r in timed(model, a.workers, a.links, a.steps, a.eval_every, a.methods)]
-        _write(a.out_timed, {"_meta": meta, "targets": {m: TARGETS[m] for m in a.models},
-                             "rows": rows})
+        rows: list = []
+        doc = {"_meta": meta, "targets": {m: TARGETS[m] for m in a.models}, "steps": a.steps,
+               "eval_every": a.eval_every, "rows": rows}
+        for model in a.models:
+            done = len(rows)
+
+            def flush(new, done=done):
+                rows[done:] = new
+                _write(a.out_timed, dict(doc, partial=True))
+            timed(model, a.workers, a.links, a.steps, a.eval_every, a.methods, flush, a.repeats)
+        _write(a.out_timed, doc)
+    if a.part == "heldout":
+        doc = {"_meta": meta, "steps": a.steps, "eval_every": a.eval_every, "within": WITHIN}
+
+        def flush_heldout(results):
+            _write(a.out_heldout, dict(doc, partial=True, summary=summary(results),
+                                       configs=results))
+        results = heldout(a.configs, a.steps, a.eval_every, a.methods, flush_heldout)
+        _write(a.out_heldout, dict(doc, summary=summary(results), configs=results))
+    if a.part == "profiles":
+        from dataclasses import asdict
+        from ..advise import METHODS, measure
+        chosen = [METHODS[m] for m in (a.methods or METHODS)]
+        _write(a.out_profiles, {"_meta": meta, "profiles": {
+            model: {str(w): {k: asdict(v) for k, v in measure(chosen, model, w).items()}
+                    for w in a.workers} for model in a.models}})
     return 0
 
 
