@@ -344,6 +344,21 @@ class Overlap(Schedule):
             self._wait(layer)
         self.waited = waited
 
+    def state_dict(self) -> dict:
+        """For a checkpoint (:mod:`lab.state`): waits for the exchange in flight, so the model
+        is complete, then gives the per-layer optimizers' state (momentum, Adam's moments). The
+        link clock is timing, measured anew by a resumed run; the profile the plans come from is
+        kept."""
+        self.drain()
+        return {"opts": [o.state_dict() for o in self.opts], "ready_at": list(self.ready_at)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for opt, s in zip(self.opts, state["opts"], strict=True):
+            opt.load_state_dict(s)
+        # the original run's profile, so the resumed run issues the same messages (the
+        # summation order of a slice over more than two ranks depends on them)
+        self.ready_at, self._plans = list(state["ready_at"]), {}
+
     def close(self) -> None:
         """Stop the thread (the last step already waited for its exchange); safe twice."""
         if self.closed:

@@ -42,8 +42,10 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
     keep = Keeper(ctx, cfg, e, sched, stream, checkpoint)  # history (resumed?), checkpoints
     h = keep.history
     start = time.perf_counter()
-    mark = comm.ledger.mark()  # advanced by each step's records: an overlapping schedule's
-    try:                       # thread may record between steps, and no record may be lost
+    # advanced by each step's records: an overlapping schedule's thread may record between
+    # steps, and no record may be lost (a resumed run's carried records go to its first step)
+    mark = comm.ledger.mark() - keep.carried
+    try:
         for step in range(keep.first, cfg.steps):
             comm.network = cfg.network_at(step)
             comm.ledger.step = step
@@ -76,7 +78,7 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
                     h.eval_step.append(done)
                     h.test_loss.append(tl)
                     h.test_acc.append(ta)
-            keep.after_step(done, comm.ledger, time.perf_counter() - start)
+            keep.after_step(done, comm.ledger, mark, time.perf_counter() - start)
             ctx.progress(done, cfg.steps, progress_desc or cfg.name)
     finally:
         sched.close()

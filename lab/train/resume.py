@@ -16,8 +16,10 @@ from ..run.checkpoint import Checkpointer, load, rng_state, set_rng_state
 from ..run.history import History
 from ..run.stream import Tail
 
-#: The schedules whose step leaves nothing in flight, so a step boundary is a checkpoint.
-QUIESCENT_SCHEDULES = ("sync",)
+#: The schedules a checkpoint can capture: ``sync`` leaves nothing in flight after a step; the
+#: overlapping ones drain their exchange in flight when their state is taken
+#: (:meth:`lab.schedule.overlap.Overlap.state_dict`).
+QUIESCENT_SCHEDULES = ("sync", "fifo", "p3", "slicing-only", "priority-only")
 
 
 def check(cfg) -> None:
@@ -37,16 +39,22 @@ def check(cfg) -> None:
                          f"flight between steps; supported: {', '.join(QUIESCENT_SCHEDULES)}")
 
 
-def capture(e, sched, h: History, ledger_bytes: int, wall_s: float) -> dict:
-    """Everything rank-local needed to continue after the step just completed."""
+def capture(e, sched, h: History, past_bytes: int, ledger, mark: int, wall_s: float) -> dict:
+    """Everything rank-local needed to continue after the step just completed. The schedule's
+    state is taken first: an overlapping one drains its exchange in flight, whose ledger
+    records (``pending``, past ``mark``) the next step would have counted; the resumed run
+    counts them in its first step instead."""
+    schedule_state = state_mod.state_dict(sched)
+    pending = list(ledger.since(mark))
     return {
         "model": e.model.state_dict(), "optimizer": e.optimizer.state_dict(),
         "schemes": {k: state_mod.state_dict(getattr(e, k))
                     for k in ("aggregator", "averaging", "attack", "straggler")},
-        "schedule": state_mod.state_dict(sched),
+        "schedule": schedule_state, "pending": pending,
         "extra": state_mod.default_state(SimpleNamespace(**e.extra)),
-        "rng": rng_state(), "ledger_bytes": ledger_bytes, "wall_s": wall_s,
-        "history": h,
+        "rng": rng_state(),
+        "ledger_bytes": past_bytes + ledger.total_bytes() - sum(r.bytes for r in pending),
+        "wall_s": wall_s, "history": h,
     }
 
 
@@ -61,6 +69,7 @@ def restore(e, sched, saved: dict) -> History:
     extra = SimpleNamespace(**e.extra)
     state_mod.load_default_state(extra, saved["extra"])
     e.extra.update(vars(extra))
+    e.comm.ledger.records.extend(saved["pending"])  # counted in the first resumed step
     set_rng_state(saved["rng"])  # last: building the engine drew from them
     return saved["history"]
 
@@ -74,6 +83,7 @@ class Keeper:
         self.ctx, self.cfg, self.e, self.sched, self.stream = ctx, cfg, e, sched, stream
         self.history = History(cfg.to_dict(), ctx.world_size)
         self.first, self.past_bytes, self.past_wall, self.ck = 0, 0, 0.0, None
+        self.carried = 0  # ledger records a resumed run carries into its first step
         if checkpoint is not None:
             if checkpoint["every"]:
                 self.ck = Checkpointer(checkpoint["every"], checkpoint["dir"], ctx.rank,
@@ -83,18 +93,18 @@ class Keeper:
                 self.history = restore(e, sched, saved)
                 self.first = self.history.steps
                 self.past_bytes, self.past_wall = saved["ledger_bytes"], saved["wall_s"]
+                self.carried = len(saved["pending"])
         self.tail = Tail() if stream is not None and ctx.rank == 0 else None
         if self.tail is not None and self.first:
             ctx.stream((stream, self.tail.delta(self.history)))  # the checkpointed part first
 
-    def after_step(self, done: int, ledger, wall_s: float) -> None:
-        """Stream the step to the caller; checkpoint if due (``ledger``: this rank's, ``wall_s``:
-        this launch's part of the run)."""
+    def after_step(self, done: int, ledger, mark: int, wall_s: float) -> None:
+        """Stream the step to the caller; checkpoint if due (``ledger``: this rank's, ``mark``:
+        the loop's position in it, ``wall_s``: this launch's part of the run)."""
         h = self.history
         if self.tail is not None:
             h.wall_s = self.past_wall + wall_s
             self.ctx.stream((self.stream, self.tail.delta(h)))
         if self.ck is not None and self.ck.due(done, self.cfg.steps):
-            self.ck.write(done, capture(self.e, self.sched, h,
-                                        self.past_bytes + ledger.total_bytes(),
+            self.ck.write(done, capture(self.e, self.sched, h, self.past_bytes, ledger, mark,
                                         self.past_wall + wall_s))
