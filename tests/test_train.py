@@ -129,6 +129,26 @@ def test_the_same_entry_point_runs_under_torchrun(tmp_path):
     assert h.world_size == 2 and h.steps == 6 and h.bytes[0] > 0 and len(h.rank_bytes) == 2
 
 
+def test_torchrun_checkpoints_and_resumes_bitwise(tmp_path):
+    import shutil
+    import torch
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd = torchrun + ["-m", "lab", "train", "--steps", "6", "--momentum", "0.9"]
+    full, half = tmp_path / "full", tmp_path / "half"
+    r = subprocess.run(cmd + ["--checkpoint-every", "3", "--out", str(full)], capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    shutil.copytree(full / "checkpoint" / "step-00000003", half / "checkpoint" / "step-00000003")
+    r = subprocess.run(cmd + ["--checkpoint-every", "6", "--resume", str(half), "--out", str(half)],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for rank in (0, 1):
+        a, b = (torch.load(d / "checkpoint" / "step-00000006" / f"rank{rank}.pt",
+                           weights_only=False)["model"] for d in (full, half))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert History.from_json(half / "history.json").loss == History.from_json(full / "history.json").loss
+
+
 def test_summary_table_shows_overlapped_communication_only_where_a_schedule_records_it():
     from lab.textable import format_rows
     from lab.train.history import History

@@ -123,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        if a.checkpoint_every or a.resume:
-            print("error: --checkpoint-every and --resume work with --workers, not under torchrun",
-                  file=sys.stderr)
+        try:
+            hist = _under_torchrun(cfg, a)
+        except ValueError as e:  # a checkpoint of another config, ... (every rank says so)
+            print(f"error: {e}", file=sys.stderr)
             return 2
-        hist = _under_torchrun(cfg, a)
         if hist is None:
             return 0
     else:
@@ -159,7 +159,14 @@ def _under_torchrun(cfg, a):
     from ..train.loop import _merge
     ctx = from_env(device=a.device, timeout=a.timeout)
     cfg.check_workers(ctx.world_size)
-    mine = train_rank(ctx, cfg)
+    plan, kw = None, checkpoint_kw(a)
+    if kw:  # every rank reads and writes OUT/checkpoint: across nodes, a shared filesystem
+        from ..run import checkpoint
+        from ..train import resume
+        plan = checkpoint.plan(kw.get("checkpoint_every", 0), kw.get("checkpoint_dir"),
+                               kw.get("resume"), cfg.to_dict(), ctx.world_size, "train")
+        resume.check(cfg)
+    mine = train_rank(ctx, cfg, checkpoint=plan)
     per_rank = [None] * ctx.world_size
     dist.all_gather_object(per_rank, mine)  # results to rank 0, outside the ledger
     dist.destroy_process_group()
