@@ -22,12 +22,15 @@ per step. Every byte still goes through
 ``lab.comm`` and lands in the ledger; records carry the step whose gradient they carry. An
 exception in the thread wakes the main thread, which re-raises it, so a failing rank still ends
 the launch with its traceback.
+
+Here: the plan, the step, the exchange and the per-layer update (:class:`Overlap`). The layer
+order comes from :mod:`lab.schedule.layers` (:func:`traced_layers`, re-exported here); the
+events, hooks and thread that hand layers between the main and communication threads are in
+:mod:`lab.schedule.handoff`.
 """
 from __future__ import annotations
 
 import copy
-import queue
-import threading
 import time
 
 import torch
@@ -35,42 +38,17 @@ import torch
 from ..comm import CommLedger, Network
 from ..comm.network import LinkClock
 from ..engine import StepResult
-from ..models import trace_forward
 from .base import Schedule
+from .handoff import LayerHandoff
+from .layers import traced_layers
 from .plan import (P3_SLICE_SIZE, batches, check_in_flight, check_slice_size, coalesce, issue_order,
                    make_units)
 
 # Planning only (never a clock): a loopback link as measured with gloo on a 2-core machine.
 LOOPBACK = Network(latency=3e-4, bandwidth=0.7e9, name="loopback")
-_POLL = 0.05  # seconds between checks for a failed peer thread while waiting
 
 
-class _Abort(Exception):
-    pass
-
-
-def traced_layers(model, x, params=None):
-    """The layers of ``model`` (each module with parameters, with those of its own in
-    ``params``, default all) in the order a forward pass on ``x`` first uses them
-    (:func:`lab.models.trace_forward`), and for each waiting site (the module running at a
-    layer's first use) the indices of the layers it must wait for."""
-    owned = {id(p) for p in (model.parameters() if params is None else params)}
-    tr = trace_forward(model, x)
-    owner = {id(p): m for m in model.modules() for p in m.parameters(recurse=False)}
-    layers, index, sites = [], {}, {}
-    for p in tr.params:
-        if id(p) not in owned:
-            continue
-        m = owner[id(p)]
-        if id(m) not in index:
-            index[id(m)] = len(layers)
-            layers.append((m, []))
-            sites.setdefault(tr.site[id(p)], []).append(index[id(m)])
-        layers[index[id(m)]][1].append(p)
-    return layers, sites
-
-
-class Overlap(Schedule):
+class Overlap(LayerHandoff, Schedule):
     """Exchange layer by layer during backward; subclasses set ``slice_size`` and ``priority``."""
 
     slice_size: int | None = None   # None: whole layers
@@ -124,29 +102,10 @@ class Overlap(Schedule):
         self.comm.ledger = CommLedger(records=e.comm.ledger.records)
         self.comm.clock = LinkClock(in_flight)
         e.aggregator.comm = self.comm
-        n = len(self.layers)
-        self.ready = [threading.Event() for _ in range(n)]
-        self.applied = [threading.Event() for _ in range(n)]
-        for ev in self.applied:
-            ev.set()
-        self.ready_t = [0.0] * n    # when each layer's gradient was ready (this step)
-        self.avail_t = [0.0] * n    # when each layer's new parameters are there (emulated)
         self.ready_at = self._profile()
         self._plans: dict = {}
-        self._hooks = []
-        for site, layers in sites.items():
-            self._hooks.append(site.register_forward_pre_hook(self._before_forward(layers)))
-        for layer, (_, ps) in enumerate(self.layers):
-            for p in ps:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready(layer)))
-        self.origin = time.perf_counter()
-        self.events, self.waited = [], 0.0
         self.link_busy, self.thread_s = 0.0, 0.0
-        self.error: BaseException | None = None
-        self.stopping, self.closed = False, False
-        self.jobs: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._drain, name="lab-comm", daemon=True)
-        self.thread.start()
+        self._start_thread(sites)   # events, hooks, the thread (lab.schedule.handoff)
 
     # -- planning -------------------------------------------------------------------------
     def _trace(self):
@@ -194,42 +153,6 @@ class Overlap(Schedule):
             self._plans[network] = msgs, batches(self.units, msgs, self.ready_at, xfer, real)
         return self._plans[network]
 
-    # -- hooks (main thread) --------------------------------------------------------------
-    def _grad_ready(self, layer):
-        def hook(_p):
-            self._left[layer] -= 1
-            if self._left[layer] == 0:
-                self.ready_t[layer] = time.perf_counter()
-                self._event("ready", layer)
-                self.ready[layer].set()
-        return hook
-
-    def _before_forward(self, layers):
-        def hook(_module, _inputs):
-            for layer in layers:
-                self._wait(layer)
-                self._event("fwd", layer)
-        return hook
-
-    def _wait(self, layer: int) -> None:
-        """Until ``layer``'s update is applied and its emulated delivery time has passed."""
-        t0 = time.perf_counter()
-        ev = self.applied[layer]
-        while not ev.wait(_POLL):
-            if self.error is not None or not self.thread.is_alive():
-                break
-        if self.error is not None:
-            raise RuntimeError(f"rank {self.engine.rank}: the communication thread failed") \
-                from self.error
-        left = self.avail_t[layer] - time.perf_counter()
-        if left > 0:
-            time.sleep(left)
-        self.waited += time.perf_counter() - t0
-
-    def _event(self, *ev) -> None:
-        if self.timeline:
-            self.events.append([*ev, time.perf_counter() - self.origin])
-
     # -- the step -------------------------------------------------------------------------
     def step(self, step, x, y):
         e = self.engine
@@ -269,17 +192,6 @@ class Overlap(Schedule):
                           codec_s=0.0, info=info)
 
     # -- the communication thread ---------------------------------------------------------
-    def _drain(self) -> None:
-        try:
-            while (job := self.jobs.get()) is not None:
-                self._exchange(*job)
-        except _Abort:
-            pass
-        except BaseException as exc:  # surfaced by the main thread's next wait
-            self.error = exc
-            for ev in self.applied:
-                ev.set()
-
     def _exchange(self, step: int, plan, network) -> None:
         e, clock = self.engine, self.comm.clock
         msgs, calls = plan
@@ -319,11 +231,6 @@ class Overlap(Schedule):
                         self._apply(u.layer, flat.pop(u.layer), end)
             self.thread_s += time.perf_counter() - t0
 
-    def _until_ready(self, layer: int) -> None:
-        while not self.ready[layer].wait(_POLL):
-            if self.stopping:
-                raise _Abort
-
     def _apply(self, layer: int, avg: torch.Tensor, delivered: float) -> None:
         """The layer's optimizer step on its mean gradient. On the emulated link the update can
         only start when the bytes are delivered, so the layer is available that much later."""
@@ -335,14 +242,6 @@ class Overlap(Schedule):
         now = time.perf_counter()
         self.avail_t[layer] = max(delivered + (now - t0), now)
         self.applied[layer].set()
-
-    def drain(self) -> None:
-        """Wait until the last step's exchange is applied everywhere (e.g. before timing another
-        schedule on the same ranks); not counted as exposed communication."""
-        waited = self.waited
-        for layer in range(len(self.layers)):
-            self._wait(layer)
-        self.waited = waited
 
     def state_dict(self) -> dict:
         """For a checkpoint (:mod:`lab.state`): waits for the exchange in flight, so the model
@@ -358,15 +257,3 @@ class Overlap(Schedule):
         # the original run's profile, so the resumed run issues the same messages (the
         # summation order of a slice over more than two ranks depends on them)
         self.ready_at, self._plans = list(state["ready_at"]), {}
-
-    def close(self) -> None:
-        """Stop the thread (the last step already waited for its exchange); safe twice."""
-        if self.closed:
-            return
-        self.closed, self.stopping = True, True
-        self.jobs.put(None)
-        self.thread.join(timeout=1.0)
-        for h in self._hooks:
-            h.remove()
-        for ev in self.applied:
-            ev.set()
