@@ -117,6 +117,16 @@ def _cpu_best(fn, repeats: int, number: int) -> float:
     return best
 
 
+def _encoded(names, default, sizes):
+    """``(n, g, name, codec, payload, ctx)`` for each size and codec (``names``, else those of
+    ``default`` that are registered): a fixed random ``g`` of ``n`` values and one payload."""
+    for n in sizes:
+        g = torch.randn(n, generator=torch.Generator().manual_seed(0))
+        for name in names or [m for m in default if m in compress.names()]:
+            c = compress.make(name)
+            yield (n, g, name, c, *c.compress(g, key="bench"))
+
+
 def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int = 1) -> list[dict]:
     """Per codec and size: the decode time (``decompress``, checks included), the time of the
     check ``decompress`` runs before decoding (``check us``) and its share of the decode, and
@@ -128,23 +138,19 @@ def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int 
     ``check us``."""
     with measuring(threads):
         rows = []
-        for n in sizes:
-            g = torch.randn(n, generator=torch.Generator().manual_seed(0))
-            for name in names or [m for m in DEFAULT if m in compress.names()]:
-                c = compress.make(name)
-                payload, ctx = c.compress(g, key="bench")
-                once = _best(lambda: c.decompress(payload, ctx), 1, lambda: None)
-                number = max(1, min(1000, int(0.02 / max(once, 1e-6))))
-                dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
-                codec = getattr(c, "inner", c)  # error feedback decodes with its inner codec
-                shape, dtype, inner = ctx
-                chk = _cpu_best(lambda: codec.wire.check(codec, payload, shape.numel(), dtype,
-                                                         inner, codec.decode_checks), repeats, 1000)
-                full = _cpu_best(lambda: c.check_payload(payload, ctx), repeats, 1000)
-                rows.append({"codec": name, "elements": n, "decode ms": 1e3 * dec,
-                             "check us": 1e6 * chk, "check % of decode": 100 * chk / dec,
-                             "full check us": 1e6 * full,
-                             "full check % of decode": 100 * full / dec})
+        for n, g, name, c, payload, ctx in _encoded(names, DEFAULT, sizes):
+            once = _best(lambda: c.decompress(payload, ctx), 1, lambda: None)
+            number = max(1, min(1000, int(0.02 / max(once, 1e-6))))
+            dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
+            codec = getattr(c, "inner", c)  # error feedback decodes with its inner codec
+            shape, dtype, inner = ctx
+            chk = _cpu_best(lambda: codec.wire.check(codec, payload, shape.numel(), dtype,
+                                                     inner, codec.decode_checks), repeats, 1000)
+            full = _cpu_best(lambda: c.check_payload(payload, ctx), repeats, 1000)
+            rows.append({"codec": name, "elements": n, "decode ms": 1e3 * dec,
+                         "check us": 1e6 * chk, "check % of decode": 100 * chk / dec,
+                         "full check us": 1e6 * full,
+                         "full check % of decode": 100 * full / dec})
         return rows
 
 
@@ -162,15 +168,11 @@ def small_overhead(names=None, sizes=(1000, 2 ** 16), repeats: int = 7, threads:
     layer and step."""
     with measuring(threads):
         rows = []
-        for n in sizes:
-            g = torch.randn(n, generator=torch.Generator().manual_seed(0))
-            for name in names or [m for m in TRAINING if m in compress.names()]:
-                c = compress.make(name)
-                payload, ctx = c.compress(g, key="bench")
-                enc = _cpu_best(lambda: c.compress(g, key="bench"), repeats, number)
-                dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
-                rows.append({"codec": name, "elements": n, "compress us": 1e6 * enc,
-                             "decompress us": 1e6 * dec})
+        for n, g, name, c, payload, ctx in _encoded(names, TRAINING, sizes):
+            enc = _cpu_best(lambda: c.compress(g, key="bench"), repeats, number)
+            dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
+            rows.append({"codec": name, "elements": n, "compress us": 1e6 * enc,
+                         "decompress us": 1e6 * dec})
         return rows
 
 

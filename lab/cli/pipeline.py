@@ -8,10 +8,9 @@
 """
 from __future__ import annotations
 
-import sys
 
 from .args import integer, key_value, kind_type, network_type, number, parser as new_parser, rank_factor
-from .runs import add_checkpoint_flags, checkpoint_kw, report_failure, write_history
+from .runs import add_checkpoint_flags, checkpoint_kw, launched, refused, write_history
 
 HELP = "pipeline-parallel training: python -m lab pipeline --help"
 
@@ -87,17 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config(a)
     except (ValueError, TypeError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return refused(e)
     from ..pipeline import train
-    from ..run import RunFailed, table
-    try:
-        hist = train(cfg, timeout=a.timeout, **checkpoint_kw(a))
-    except RunFailed as e:
-        return report_failure(e, a.out)
-    except ValueError as e:  # before launch: a checkpoint of another config, ...
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from ..run import table
+    hist = launched(lambda: train(cfg, timeout=a.timeout, **checkpoint_kw(a)), a.out)
+    if isinstance(hist, int):
+        return hist
     paths = write_history(hist, a.out,
                           f"{cfg.schedule} on {cfg.stages} stages x {cfg.replicas} replicas")
     print(table([hist]))

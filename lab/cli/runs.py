@@ -30,6 +30,25 @@ def checkpoint_kw(a) -> dict:
     return kw
 
 
+def refused(e) -> int:
+    """A configuration refused before anything ran: say why on stderr; exit status 2."""
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+
+def launched(start, out):
+    """``start()``, a training call: its result, or the exit status when the run failed (1:
+    what it kept is written into ``out``) or was refused before launch (2: a checkpoint of
+    another config, ...)."""
+    from ..run import RunFailed
+    try:
+        return start()
+    except RunFailed as e:
+        return report_failure(e, out)
+    except ValueError as e:
+        return refused(e)
+
+
 def report_failure(e, out) -> int:
     """Save what the failed run kept into ``out`` and say where, on stderr; exit status 1."""
     paths = e.save(out)

@@ -9,11 +9,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from .args import (integer, key_value, kind_type, network_schedule, network_type, number, parser as
                    new_parser, rank_factor)
-from .runs import add_checkpoint_flags, checkpoint_kw, report_failure, write_history
+from .runs import add_checkpoint_flags, checkpoint_kw, launched, refused, write_history
 
 HELP = "data-parallel training from flags"
 
@@ -116,35 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m lab train ARGS``: 0 when the run is written, 1 when it failed (what it kept
     is written), 2 for a bad configuration."""
     a = parser().parse_args(argv)
-    from ..train import table
+    from ..train import table, train
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     try:
         cfg = config(a)
-    except (ValueError, TypeError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        try:
-            hist = _under_torchrun(cfg, a)
-        except ValueError as e:  # a checkpoint of another config, ... (every rank says so)
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        if hist is None:
-            return 0
-    else:
-        try:
+        if not torchrun:
             cfg.check_workers(a.workers)
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        from ..run import RunFailed
-        from ..train import train
-        try:
-            hist = train(cfg, a.workers, device=a.device, timeout=a.timeout, **checkpoint_kw(a))
-        except RunFailed as e:
-            return report_failure(e, a.out)
-        except ValueError as e:  # before launch: a checkpoint of another config, ...
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+    except (ValueError, TypeError, KeyError) as e:
+        return refused(e)
+    if torchrun:  # a checkpoint of another config, ... is refused by every rank
+        hist = launched(lambda: _under_torchrun(cfg, a), a.out)
+    else:
+        hist = launched(lambda: train(cfg, a.workers, device=a.device, timeout=a.timeout,
+                                      **checkpoint_kw(a)), a.out)
+    if hist is None:  # a torchrun rank other than 0
+        return 0
+    if isinstance(hist, int):
+        return hist
     paths = write_history(hist, a.out)
     print(table([hist]))
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
