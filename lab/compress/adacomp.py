@@ -69,7 +69,7 @@ class AdaComp(Compressor):
             scales = (gmax.float().mean() if n else torch.zeros(())).reshape(1)
         else:
             scales = gmax.float()
-        payload = (idx.to(index_dtype(n)), pack_bits(G[idx] > 0), scales.to(flat.device))
+        payload = (idx.to(dtype=index_dtype(n)), pack_bits(G[idx] > 0), scales.to(flat.device))
         self.residues[key] = G - self.decode(payload, None, n, flat.dtype)
         return payload, None
 
@@ -80,8 +80,8 @@ class AdaComp(Compressor):
             idx = idx.long()
             mag = scales[0].expand(idx.numel()) if self.scale == "layer" \
                 else scales[idx // self.bin_size]
-            sign = unpack_bits(packed, idx.numel()).to(dtype) * 2 - 1
-            out[idx] = sign * mag.to(dtype)
+            sign = unpack_bits(packed, idx.numel()).to(dtype=dtype) * 2 - 1
+            out[idx] = sign * mag.to(dtype=dtype)
         return out
 
     def residue(self, key=None) -> torch.Tensor | None:

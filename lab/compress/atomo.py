@@ -107,12 +107,12 @@ class Atomo(Compressor):
     def encode(self, flat, key):
         if flat.numel() == 0:
             empty = flat.new_zeros(0, dtype=torch.float32)
-            return ((empty, empty.to(torch.int32)) if self.atoms == "coordinate" else (empty, empty)), (0, 0)
+            return ((empty, empty.to(dtype=torch.int32)) if self.atoms == "coordinate" else (empty, empty)), (0, 0)
         if self.atoms == "coordinate":
             p = keep_probabilities(flat, self._budget(flat.numel()))
             kept = torch.rand(p.shape, generator=self.generator).to(flat.device) < p.to(flat.device)
             idx = kept.nonzero().squeeze(1)
-            return (flat[idx].float() / p[idx.cpu()].to(flat.device), idx.to(index_dtype(flat.numel()))), None
+            return (flat[idx].float() / p[idx.cpu()].to(flat.device), idx.to(dtype=index_dtype(flat.numel()))), None
         n, m = matrix_shape(self._shape if self._shape.numel() == flat.numel() else flat.shape)
         mat = torch.cat([flat.float(), flat.new_zeros(n * m - flat.numel(), dtype=torch.float32)]).view(n, m)
         u, s, vh = torch.linalg.svd(mat, full_matrices=False)
@@ -126,13 +126,13 @@ class Atomo(Compressor):
         if self.atoms == "coordinate":
             values, idx = payload
             out = torch.zeros(numel, dtype=dtype, device=values.device)
-            out[idx.long()] = values.to(dtype)
+            out[idx.long()] = values.to(dtype=dtype)
             return out
         us, v = payload
         if numel == 0:
             return torch.zeros(0, dtype=dtype, device=us.device)
         n, m = ctx  # an allgathered payload arrives flat
-        return (us.reshape(n, -1) @ v.reshape(m, -1).T).reshape(-1)[:numel].to(dtype)
+        return (us.reshape(n, -1) @ v.reshape(m, -1).T).reshape(-1)[:numel].to(dtype=dtype)
 
     def __repr__(self):
         arg = f"density={self.density}" if self.density is not None else f"budget={self.budget}"

@@ -23,6 +23,13 @@ class _Cast(Compressor):
         # Speed: a cast carries NaN and Inf along (and turns overflow into Inf), so checking
         # the *output* replaces the base class's pass over the input: in the same pass as the
         # cast (or copy) in the C kernel, else by one min/max over the half-size output.
+        if tensor.dtype is torch.float32 and tensor.dim() == 1 and tensor.is_contiguous() \
+                and native.enabled(tensor):  # the common case, with no wrapper (~1 us less)
+            n = tensor.numel()
+            wire = torch.empty(n, dtype=self.wire_dtype or torch.float32)
+            bad = native.cast_function()(tensor.data_ptr(), n, self._mode, wire.data_ptr())
+            if bad == 0:
+                return (wire,), (tensor.shape, torch.float32, None)
         flat = tensor if tensor.dim() == 1 else tensor.detach().reshape(-1)
         fast = native.cast(flat, self.wire_dtype or flat.dtype) \
             if flat.dtype is torch.float32 and native.enabled(flat) else None
@@ -45,7 +52,7 @@ class _Cast(Compressor):
         return (flat.clone() if self.wire_dtype is None else flat.to(self.wire_dtype),), None
 
     def decode(self, payload, ctx, numel, dtype):
-        return payload[0].to(dtype)
+        return payload[0].to(dtype=dtype)
 
     def decompress(self, payload, ctx):
         # Speed (issue 31: < 10 us a call on small tensors): the one-part payload that the
@@ -56,7 +63,7 @@ class _Cast(Compressor):
         if t.__class__ is not torch.Tensor or t.dtype is not (self.wire_dtype or dtype) \
                 or t.numel() != shape.numel():
             t = self.check_payload(payload, ctx)[0]
-        out = t.to(dtype)
+        out = t.to(dtype=dtype)  # the keyword form: ~1.3 us less than .to(dtype) to parse
         return out if out.shape == shape else out.view(shape)
 
     def decompress_into(self, payload, ctx, out):
@@ -71,6 +78,7 @@ class _Cast(Compressor):
 class NoCompression(_Cast):
     """Send the tensor unchanged (fp32 allreduce is the usual baseline)."""
     name = "none"
+    _mode = 0  # lab_cast's mode
     wire = WireFormat(Part("values", "input", "n"))
 
 
@@ -79,6 +87,7 @@ class FP16(_Cast):
     """IEEE half precision: 2 bytes per value; values beyond +-65504 (that would round to Inf)
     are refused with an OverflowError."""
     name = "fp16"
+    _mode = 1  # lab_cast's mode
     wire_dtype = torch.float16
     wire = WireFormat(Part("values", torch.float16, "n"))
 
@@ -87,5 +96,6 @@ class FP16(_Cast):
 class BF16(_Cast):
     """bfloat16: fp32's range with 8 bits of mantissa; 2 bytes per value."""
     name = "bf16"
+    _mode = 2  # lab_cast's mode
     wire_dtype = torch.bfloat16
     wire = WireFormat(Part("values", torch.bfloat16, "n"))

@@ -38,7 +38,7 @@ class CountSketch:
         self.rows, self.width, self.numel = rows, width, numel
         # flat cell of (row, h_r(i)) in the rows * width table
         self.cells = (h + torch.arange(rows).unsqueeze(1) * width).to(device)
-        self.signs = sign.to(torch.float32).to(device)
+        self.signs = sign.to(dtype=torch.float32).to(device)
 
     def sketch(self, x: torch.Tensor) -> torch.Tensor:
         table = torch.zeros(self.rows * self.width, dtype=x.dtype, device=x.device)
@@ -86,7 +86,7 @@ class CountSketchCodec(Compressor):
         table = payload[0]
         if numel == 0:
             return table.new_zeros(0, dtype=dtype)
-        return self._cs(numel, table.device).votes(table.float()).mean(0).to(dtype)
+        return self._cs(numel, table.device).votes(table.float()).mean(0).to(dtype=dtype)
 
     def __repr__(self):
         return f"CountSketchCodec(rows={self.rows}, width={self.width})"

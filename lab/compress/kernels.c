@@ -277,19 +277,24 @@ int32_t lab_cast(const float *restrict x, int64_t n, int32_t mode, void *restric
         }
     } else {
 #ifdef __F16C__
-        /* the hardware's conversion: eight values per instruction, nearest even */
-        typedef uint16_t u16x8 __attribute__((vector_size(16)));
-        typedef int16_t i16x8 __attribute__((vector_size(16)));
+        /* the hardware's conversion: eight values per instruction, nearest even, sixteen a
+         * step. The check reads the input, off the conversion's path: a value is Inf or NaN
+         * in fp16 exactly when it is NaN or |x| >= 65520 (the midpoint between 65504, the
+         * largest half, and 65536, which rounds to even, i.e. to Inf) */
         uint16_t *restrict o = (uint16_t *)out;
-        i16x8 any = {0};
+        const __m256 limit = _mm256_set1_ps(65520.0f);
+        const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 any0 = _mm256_setzero_ps(), any1 = _mm256_setzero_ps();
         int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
-            _mm_storeu_si128((__m128i *)(o + i), h);
-            any |= (i16x8)(((u16x8)h & 0x7c00) == 0x7c00);  /* Inf or NaN, in or by overflow */
+        for (; i + 16 <= n; i += 16) {
+            __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+            _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+            _mm_storeu_si128((__m128i *)(o + i + 8), _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT));
+            /* not (|x| < 65520): true for NaN too (unordered) */
+            any0 = _mm256_or_ps(any0, _mm256_cmp_ps(_mm256_and_ps(a, magnitude), limit, _CMP_NLT_UQ));
+            any1 = _mm256_or_ps(any1, _mm256_cmp_ps(_mm256_and_ps(b, magnitude), limit, _CMP_NLT_UQ));
         }
-        for (int k = 0; k < 8; k++)
-            bad |= any[k] != 0;
+        bad |= _mm256_movemask_ps(_mm256_or_ps(any0, any1)) != 0;
         for (; i < n; i++) {
             o[i] = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x[i]), _MM_FROUND_TO_NEAREST_INT), 0);
             bad |= (o[i] & 0x7c00u) == 0x7c00u;

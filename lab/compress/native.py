@@ -43,7 +43,7 @@ def enabled(x: torch.Tensor) -> bool:
     on = _state.get("on")
     if on is None:  # reading the environment costs ~1 us a call: small tensors pay it often
         on = _state["on"] = os.environ.get("LAB_NATIVE", "1") != "0" and library() is not None
-    return on and x.device.type == "cpu" and x.numel() < 2 ** 31 and not _state.get("off")
+    return on and x.is_cpu and x.numel() < 2 ** 31 and not _state.get("off")
 
 
 @contextlib.contextmanager
@@ -289,12 +289,20 @@ def cast(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, bool] | Non
     if x.dim() != 1 or not x.is_contiguous():
         x = x.reshape(-1).contiguous()
     mode = _CAST_MODES.get(dtype)
-    if x.dtype != torch.float32 or mode is None:
+    if x.dtype is not torch.float32 or mode is None:
         raise ValueError(f"cast: float32 to one of {list(_CAST_MODES)}, got {x.dtype} to {dtype}")
     n = x.numel()
     out = torch.empty(n, dtype=dtype)
-    bad = library().lab_cast(x.data_ptr(), n, mode, out.data_ptr())
+    bad = cast_function()(x.data_ptr(), n, mode, out.data_ptr())
     return None if bad < 0 else (out, bad == 0)
+
+
+def cast_function():
+    """``lab_cast(x_ptr, n, mode, out_ptr)`` itself (mode: 0 float32, 1 float16, 2 bfloat16;
+    returns 1 if a result is not finite, -1 where fp16 needs torch): the casts' small-tensor
+    path calls it without :func:`cast`'s checks, kept here (a CDLL attribute read costs
+    ~0.3 us)."""
+    return _state.get("lab_cast") or _state.setdefault("lab_cast", library().lab_cast)
 
 
 def int32_range(x: torch.Tensor) -> tuple[int, int]:

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from . import native
-from .base import Compressor, Part, WireFormat, all_finite, check_finite, check_int, register
+from .base import (Compressor, Part, WireFormat, all_finite, check_finite, check_int, float32s,
+                   register)
 from .error_feedback import ErrorFeedback
 from .packing import expand_bits, pack_bits, unpack_bits
 from .qsgd import as_buckets
@@ -33,7 +34,7 @@ def count_true(rows: torch.Tensor) -> torch.Tensor:
     """The number of True entries in each row of a 2-D bool tensor, as int32. On the CPU by
     numpy (``count_nonzero`` for one row, a byte sum otherwise: 3-10x torch's, which widens
     every entry first); elsewhere a byte sum into int32."""
-    if rows.device.type == "cpu":
+    if rows.is_cpu:
         a = rows.contiguous().numpy()
         counts = (np.array([np.count_nonzero(a)]) if rows.shape[0] == 1
                   else np.add.reduce(a.view(np.uint8), axis=1, dtype=np.int32))
@@ -48,11 +49,11 @@ def side_sums(x: torch.Tensor, bucket: int):
     n = x.numel()
     v = as_buckets(x, bucket)  # (buckets, bucket), zero padded
     pos = nonnegative(v)  # sign(0) = +1, as in lab.compress.sign
-    wide = v.double() if v.device.type == "cpu" else v
+    wide = v.double() if v.is_cpu else v
     side = wide.clamp(min=0)  # one scratch for both sides: a fresh big tensor faults its pages in
     s_pos = side.sum(dim=1)
     s_neg = torch.clamp(wide, max=0, out=side).sum(dim=1)
-    n_pos = count_true(pos).to(torch.int64)
+    n_pos = count_true(pos).to(dtype=torch.int64)
     if v.numel() > n:  # the last bucket's padding zeros were counted as >= 0: they are not data
         n_pos[-1] -= v.numel() - n
     return pack_bits(pos.reshape(-1)[:n]), torch.stack([s_pos, s_neg], dim=1), n_pos
@@ -73,8 +74,7 @@ def _one_bucket_means(sums: list, n_pos: int, n: int, x: torch.Tensor) -> torch.
         raise OverflowError("onebit: a bucket's sum exceeds the float32 range; scale the "
                             "tensor first")
     pos, neg = sums[0] / max(n_pos, 1), sums[1] / max(n - n_pos, 1)
-    return torch.tensor([ctypes.c_float(pos).value, ctypes.c_float(neg).value],
-                        dtype=torch.float32)
+    return float32s(ctypes.c_float(pos).value, ctypes.c_float(neg).value)
 
 
 @register("onebit")
@@ -146,16 +146,16 @@ class OneBit(Compressor):
         if means.numel() == 2 and native.enabled(bits) and bits.is_contiguous():
             pos, neg = means.tolist()  # one bucket: no tensors built for its two means
             out = native.expand_pair(bits, numel, neg, pos)
-            return out if dtype is torch.float32 else out.to(dtype)
+            return out if dtype is torch.float32 else out.to(dtype=dtype)
         means = means.float().view(-1, 2)
         if means.shape[0] == 1:  # one bucket: read the two means from a byte table
-            return expand_bits(bits, numel, means[0, 0], means[0, 1]).to(dtype)
+            return expand_bits(bits, numel, means[0, 0], means[0, 1]).to(dtype=dtype)
         bucket = self._bucket(numel, ctx)
         if (bucket % 8 == 0 or numel <= bucket) and native.enabled(bits):  # one pass (kernels.c)
-            return native.expand_bits(bits, numel, bucket, means.flip(1)).to(dtype)  # (neg, pos)
+            return native.expand_bits(bits, numel, bucket, means.flip(1)).to(dtype=dtype)  # (neg, pos)
         pos = as_buckets(unpack_bits(bits, numel), bucket)
         out = torch.where(pos, means[:, :1], means[:, 1:])  # the mean of its side, per bucket
-        return out.reshape(-1)[:numel].to(dtype)
+        return out.reshape(-1)[:numel].to(dtype=dtype)
 
     def __repr__(self):
         return f"OneBit(bucket_size={self.bucket_size}, per_column={self.per_column})"

@@ -30,12 +30,12 @@ def packed_size(numel: int, bits: int = 1) -> int:
 # -- readable references -------------------------------------------------------------------
 def pack_bits_reference(mask: torch.Tensor) -> torch.Tensor:
     """Pack a boolean tensor into uint8, 8 entries per byte: byte = sum_i b_i 2^i."""
-    flat = mask.reshape(-1).to(torch.uint8)
+    flat = mask.reshape(-1).to(dtype=torch.uint8)
     pad = (-flat.numel()) % 8
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
     weights = _WEIGHTS.to(flat.device)
-    return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.int32).to(torch.uint8)
+    return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.int32).to(dtype=torch.uint8)
 
 
 def unpack_bits_reference(packed: torch.Tensor, numel: int) -> torch.Tensor:
@@ -46,12 +46,12 @@ def unpack_bits_reference(packed: torch.Tensor, numel: int) -> torch.Tensor:
 def pack_uint_reference(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """One bit plane per code bit (least significant first), then :func:`pack_bits`."""
     shifts = torch.arange(bits, device=codes.device)
-    planes = (codes.reshape(-1, 1).to(torch.int64) >> shifts) & 1  # (n, bits)
+    planes = (codes.reshape(-1, 1).to(dtype=torch.int64) >> shifts) & 1  # (n, bits)
     return pack_bits_reference(planes.bool())
 
 
 def unpack_uint_reference(packed: torch.Tensor, numel: int, bits: int) -> torch.Tensor:
-    planes = unpack_bits_reference(packed, numel * bits).view(numel, bits).to(torch.int64)
+    planes = unpack_bits_reference(packed, numel * bits).view(numel, bits).to(dtype=torch.int64)
     return (planes << torch.arange(bits, device=packed.device)).sum(dim=1)
 
 
@@ -61,7 +61,7 @@ def pack_bits(mask: torch.Tensor) -> torch.Tensor:
     flat = mask.reshape(-1)
     if flat.dtype != torch.bool:
         flat = flat != 0
-    if flat.device.type == "cpu":  # numpy's packbits is one C loop: ~10x the torch reference
+    if flat.is_cpu:  # numpy's packbits is one C loop: ~10x the torch reference
         return torch.from_numpy(np.packbits(flat.contiguous().numpy(), bitorder="little"))
     return _pack_small(flat.view(torch.uint8), 1)
 
@@ -71,7 +71,7 @@ def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
     if packed.dtype != torch.uint8:
         raise TypeError(f"packed must be uint8, got {packed.dtype}")
     numel = min(numel, packed.numel() * 8)
-    if packed.device.type == "cpu":
+    if packed.is_cpu:
         out = np.unpackbits(packed.reshape(-1).contiguous().numpy(), count=numel,
                             bitorder="little")
         return torch.from_numpy(out).view(torch.bool)
@@ -92,7 +92,7 @@ def expand_codes(packed: torch.Tensor, numel: int, bits: int, values: torch.Tens
     codes tensor in between); on a GPU, where elementwise passes are cheap, unpack and index."""
     if bits not in _BYTE_CODES:
         raise ValueError(f"bits must be 1, 2, 4 or 8 to expand by table, got {bits}")
-    if packed.device.type != "cpu":
+    if not packed.is_cpu:
         return values.to(packed.device)[unpack_uint(packed, numel, bits)]
     table = values.cpu()[_BYTE_CODES[bits]]
     out = np.take(table.numpy(), packed.reshape(-1).contiguous().numpy(), axis=0)
@@ -106,9 +106,9 @@ def expand_bits(packed: torch.Tensor, numel: int, one: torch.Tensor, zero: torch
     dtype = torch.promote_types(one.dtype, zero.dtype)
     if dtype == torch.float32 and native.enabled(packed):  # one vectorized pass (kernels.c)
         return native.expand_bits(packed, numel, max(numel, 1), torch.stack([zero, one]).float())
-    if packed.device.type != "cpu":
-        return torch.where(unpack_bits(packed, numel), one.to(dtype), zero.to(dtype))
-    return expand_codes(packed, numel, 1, torch.stack([zero.to(dtype), one.to(dtype)]))
+    if not packed.is_cpu:
+        return torch.where(unpack_bits(packed, numel), one.to(dtype=dtype), zero.to(dtype=dtype))
+    return expand_codes(packed, numel, 1, torch.stack([zero.to(dtype=dtype), one.to(dtype=dtype)]))
 
 
 def _pack_small(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -147,9 +147,9 @@ def _gather(codes: torch.Tensor, bits: int) -> torch.Tensor:
         codes = codes.clone()
     if bits == 4:
         w = codes.view(torch.int16)
-        return (w | (w >> 4)).to(torch.uint8)
+        return (w | (w >> 4)).to(dtype=torch.uint8)
     w = codes.view(torch.int32)
-    return (w | (w >> 6) | (w >> 12) | (w >> 18)).to(torch.uint8)
+    return (w | (w >> 6) | (w >> 12) | (w >> 18)).to(dtype=torch.uint8)
 
 
 def _spread(packed: torch.Tensor, bits: int) -> torch.Tensor:
@@ -160,10 +160,10 @@ def _spread(packed: torch.Tensor, bits: int) -> torch.Tensor:
     that order (2 bits: int32, four bytes). 3-6x faster on the CPU than shifting a broadcast
     (n, 8 // bits) view; the same bits as the reference."""
     if bits == 4:
-        p = packed.to(torch.int16)
+        p = packed.to(dtype=torch.int16)
         wide = (p | (p << 4)) & 0x0F0F
     else:
-        p = packed.to(torch.int32)
+        p = packed.to(dtype=torch.int32)
         wide = (p | (p << 6) | (p << 12) | (p << 18)) & 0x03030303
     return wide.view(torch.uint8)
 
@@ -181,27 +181,27 @@ def pack_uint(codes: torch.Tensor, bits: int, check: bool = True) -> torch.Tenso
         if int(lo) < 0 or int(hi) >= 2 ** bits:
             raise ValueError(f"codes must lie in [0, 2**{bits}) to pack with bits={bits}")
     if bits == 8:
-        return codes.to(torch.uint8)
+        return codes.to(dtype=torch.uint8)
     if bits in (1, 2, 4):
-        return _pack_small(codes.to(torch.uint8), bits)
+        return _pack_small(codes.to(dtype=torch.uint8), bits)
     if codes.dtype != torch.int64 and bits < 31:
-        codes = codes.to(torch.int32)  # narrow planes: half the memory traffic of int64
+        codes = codes.to(dtype=torch.int32)  # narrow planes: half the memory traffic of int64
     shifts = torch.arange(bits, device=codes.device, dtype=codes.dtype if bits < 31 else torch.int64)
     planes = (codes.unsqueeze(1).to(shifts.dtype) >> shifts) & 1  # (n, bits), LSB first
-    return pack_bits(planes.to(torch.bool))
+    return pack_bits(planes.to(dtype=torch.bool))
 
 
 def unpack_uint(packed: torch.Tensor, numel: int, bits: int,
                 dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """Inverse of :func:`pack_uint`; codes in ``dtype`` (int64 unless asked otherwise)."""
     if bits == 8:
-        return packed[:numel].to(dtype)
+        return packed[:numel].to(dtype=dtype)
     if bits in (1, 2, 4):
-        return _unpack_small(packed, numel, bits).to(dtype)
+        return _unpack_small(packed, numel, bits).to(dtype=dtype)
     planes = unpack_bits(packed, numel * bits).view(numel, bits)
     wide = torch.int64 if bits >= 31 else torch.int32
     shifts = torch.arange(bits, device=packed.device, dtype=wide)
-    return (planes.to(wide) << shifts).sum(dim=1, dtype=wide).to(dtype)
+    return (planes.to(dtype=wide) << shifts).sum(dim=1, dtype=wide).to(dtype=dtype)
 
 
 def index_dtype(numel: int) -> torch.dtype:

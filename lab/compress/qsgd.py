@@ -67,7 +67,7 @@ def as_buckets(x: torch.Tensor, bucket: int) -> torch.Tensor:
 
 def ratios(v: torch.Tensor, norms: torch.Tensor, scale: float) -> torch.Tensor:
     """``scale * |v_i| / ||v||`` for each row of buckets ``v`` (float32; a new tensor)."""
-    if v.device.type == "cpu":  # numpy's in-place passes: ~2x torch's on one thread
+    if v.is_cpu:  # numpy's in-place passes: ~2x torch's on one thread
         out = np.abs(v.detach().numpy())
         np.divide(out, norms.numpy()[:, None], out=out)
         np.multiply(out, np.float32(scale), out=out)
@@ -80,7 +80,7 @@ def scale_buckets_(x: torch.Tensor, scale: torch.Tensor, bucket: int) -> torch.T
     may be short)."""
     full = x.numel() // bucket * bucket
     head, tail = x[:full].view(-1, bucket), x[full:]
-    if x.device.type == "cpu":
+    if x.is_cpu:
         h, sc = head.numpy(), scale.numpy()
         np.multiply(h, sc[:h.shape[0], None], out=h)
     else:
@@ -100,7 +100,7 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
     v = as_buckets(x, bucket)
     norms = bucket_norms(v)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))  # an all-zero bucket stays 0
-    if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the whole chain
+    if x.is_cuda:  # one uniform per value is cheap there; fuse the whole chain
         u = torch.rand(v.shape, generator=generator, device=v.device)
         levels = stochastic_levels(v, safe[:, None], u, s, torch.uint8 if s < 256 else torch.int32)
     elif s < 256 and native.enabled(x):  # the same rounding in one pass (kernels.c)
@@ -121,7 +121,7 @@ def stochastic_levels(v, norm, u, s: int, dtype):
     """Level l + 1 with probability r - l, else l, for r = s |v| / norm (u uniform in [0, 1))."""
     r = (v.abs() / norm * s).clamp(max=s)
     low = r.floor()
-    return (low + (u < r - low).float()).to(dtype)
+    return (low + (u < r - low).float()).to(dtype=dtype)
 
 
 def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torch.Tensor:
@@ -173,14 +173,14 @@ class QSGD(Compressor):
         if self.bits in (1, 2, 4, 8) and (bucket % 8 == 0 or numel <= bucket) \
                 and native.enabled(levels):  # the decoder below in one pass (kernels.c)
             return native.dequantize(levels, self.bits, signs, numel, bucket, norms,
-                                     self.s).to(dtype)
+                                     self.s).to(dtype=dtype)
         if self.bits in (1, 2, 4, 8):  # each level as a float straight from a byte table
             levels = expand_codes(levels, numel, self.bits, torch.arange(2 ** self.bits,
                                   dtype=torch.float32, device=levels.device))
         else:
             levels = unpack_uint(levels, numel, self.bits, torch.int32)
         out = dequantize(norms, levels, signs, self.s, bucket, numel)
-        return out.to(dtype)
+        return out.to(dtype=dtype)
 
     def __repr__(self):
         return f"{type(self).__name__}(s={self.s}, bucket_size={self.bucket_size})"

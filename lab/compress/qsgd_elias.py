@@ -144,4 +144,4 @@ class QSGDElias(QSGD):
         levels[where], neg[where] = t[:, 2], t[:, 1].bool()
         dev = norms.device
         out = dequantize(norms, levels.to(dev), neg.to(dev), self.s, self._bucket(numel), numel)
-        return out.to(dtype)
+        return out.to(dtype=dtype)

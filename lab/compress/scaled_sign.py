@@ -21,7 +21,7 @@ import math
 import torch
 
 from . import native
-from .base import Compressor, Part, WireFormat, check_finite, register
+from .base import Compressor, Part, WireFormat, check_finite, float32s, register
 from .error_feedback import ErrorFeedback
 from .sign import sign_bits, signs_from_bits
 
@@ -48,13 +48,13 @@ class ScaledSign(Compressor):
             scale = ctypes.c_float(mean).value  # rounded to float32 to nearest, as .float()
             if not math.isfinite(scale):
                 raise OverflowError(f"{self.name}: mean |x| exceeds the float32 range")
-            return (bits, torch.tensor([scale], dtype=torch.float32)), None
+            return (bits, float32s(scale)), None
         else:
             bits = sign_bits(flat)
             # the l1 norm summed in float64 on the CPU, as the kernel does (so both paths give
             # the same scale, and no float32 sum overflows); in float32 elsewhere (fast there)
-            wide = torch.float64 if flat.device.type == "cpu" else torch.float32
-            mean = flat.to(wide).abs().sum() / n
+            wide = torch.float64 if flat.is_cpu else torch.float32
+            mean = flat.to(dtype=wide).abs().sum() / n
             if not torch.isfinite(mean) and wide == torch.float32:
                 check_finite(flat, self.name)  # NaN/Inf in the input; else the sum overflowed
                 mean = flat.double().abs().sum() / n
@@ -69,8 +69,8 @@ class ScaledSign(Compressor):
         bits, scale = payload
         if scale.is_cpu:  # +-scale read once (a float32 value: exact as a Python float)
             out = signs_from_bits(bits, numel, scale.item())
-            return out if dtype is torch.float32 else out.to(dtype)
-        return signs_from_bits(bits, numel, scale.float()).to(dtype)  # +-scale
+            return out if dtype is torch.float32 else out.to(dtype=dtype)
+        return signs_from_bits(bits, numel, scale.float()).to(dtype=dtype)  # +-scale
 
     def subtract_decompressed_(self, payload, ctx, out):
         shape, dtype, _ = ctx

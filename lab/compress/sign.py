@@ -21,14 +21,14 @@ from .packing import expand_bits, expand_codes, pack_bits
 
 def nonnegative(x: torch.Tensor) -> torch.Tensor:
     """``x >= 0`` as a bool tensor (numpy's SIMD compare for float32 on the CPU: ~2x torch's)."""
-    if x.device.type == "cpu" and x.dtype == torch.float32:
+    if x.is_cpu and x.dtype == torch.float32:
         return torch.from_numpy(x.detach().contiguous().numpy() >= 0)
     return x >= 0
 
 
 def negative(x: torch.Tensor) -> torch.Tensor:
     """``x < 0`` as a bool tensor (numpy's compare for float32 on the CPU)."""
-    if x.device.type == "cpu" and x.dtype == torch.float32:
+    if x.is_cpu and x.dtype == torch.float32:
         return torch.from_numpy(x.detach().contiguous().numpy() < 0)
     return x < 0
 
@@ -47,7 +47,7 @@ def set_sign(mag: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     bit pattern instead, which gives the same values (-0.0 for a negated zero) at a fraction of
     the cost of ``where`` on the CPU."""
     bits = mag.view(torch.int32)
-    bits.bitwise_or_(negative.reshape(mag.shape).to(torch.int32).bitwise_left_shift_(31))
+    bits.bitwise_or_(negative.reshape(mag.shape).to(dtype=torch.int32).bitwise_left_shift_(31))
     return mag
 
 
@@ -95,4 +95,4 @@ class Sign(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         out = signs_from_bits(payload[0], numel, 1.0)
-        return out if dtype is torch.float32 else out.to(dtype)
+        return out if dtype is torch.float32 else out.to(dtype=dtype)

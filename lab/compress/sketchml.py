@@ -69,7 +69,7 @@ def _encode_deltas(deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     nbytes = 1 + (deltas >= 1 << 8).long() + (deltas >= 1 << 16).long() + (deltas >= 1 << 24).long()
     table = deltas.numpy().astype("<u4").view(np.uint8).reshape(-1, 4)  # (n, 4) bytes
     used = torch.arange(4) < nbytes.unsqueeze(1)
-    return pack_uint((nbytes - 1).to(torch.uint8), 2), torch.from_numpy(table[used.numpy()])
+    return pack_uint((nbytes - 1).to(dtype=torch.uint8), 2), torch.from_numpy(table[used.numpy()])
 
 
 def _decode_deltas(flags: torch.Tensor, data: torch.Tensor, count: int) -> torch.Tensor:

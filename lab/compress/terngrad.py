@@ -64,7 +64,7 @@ def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> t
     ``where(rand < |x|/s, where(x < 0, 2, 1), 0)``; here code = keep << negative."""
     if float(s) == 0.0:
         return torch.zeros(x.numel(), dtype=torch.uint8, device=x.device)
-    if x.device.type == "cuda":  # one uniform per value is cheap there; fuse the chain
+    if x.is_cuda:  # one uniform per value is cheap there; fuse the chain
         return ternary_codes(x, s, torch.rand(x.shape, generator=generator, device=x.device))
     if native.enabled(x):  # the same codes in one pass (kernels.c)
         return native.stochastic_levels(x.reshape(-1), max(x.numel(), 1), s.reshape(1), 1,
@@ -77,8 +77,8 @@ def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> t
 @fused
 def ternary_codes(x, s, u):
     """Codes keep << negative, keep = u < |x| / s (u uniform in [0, 1))."""
-    keep = (u < x.abs() / s).to(torch.uint8)
-    return keep << (x < 0).to(torch.uint8)
+    keep = (u < x.abs() / s).to(dtype=torch.uint8)
+    return keep << (x < 0).to(dtype=torch.uint8)
 
 
 _TERNARY = torch.tensor([0.0, 1.0, -1.0, 0.0])  # the value of each 2-bit code (3 is unused)
@@ -86,7 +86,7 @@ _TERNARY = torch.tensor([0.0, 1.0, -1.0, 0.0])  # the value of each 2-bit code (
 
 def ternary_values(codes: torch.Tensor) -> torch.Tensor:
     """float32 t in {0, +1, -1} for codes {0, 1, 2}: t = (code & 1) - (code >> 1)."""
-    codes = codes.to(torch.uint8)
+    codes = codes.to(dtype=torch.uint8)
     return (codes & 1).float().sub_((codes >> 1).float())
 
 
@@ -134,10 +134,10 @@ class TernGrad(Compressor):
         if s.is_cpu and native.enabled(packed) and packed.is_contiguous():  # one C pass
             v = s.item()  # the table's products in Python floats: the same float32 values
             out = native.expand_codes2(packed, numel, (0.0 * v, v, -1.0 * v, 0.0 * v))
-            return out if dtype is torch.float32 else out.to(dtype)
+            return out if dtype is torch.float32 else out.to(dtype=dtype)
         # readable form: ternary_values(unpack_uint(packed, numel, 2)) * s; read from a table
         # of the four products instead (the same values, one pass)
-        return expand_codes(packed, numel, 2, _TERNARY.to(s.device) * s.float()).to(dtype)
+        return expand_codes(packed, numel, 2, _TERNARY.to(s.device) * s.float()).to(dtype=dtype)
 
     def __repr__(self):
         return f"TernGrad(clip={self.clip})"

@@ -40,7 +40,7 @@ class Threshold(Compressor):
     def encode(self, flat, key):
         idx = torch.where(flat.abs() > self.tau)[0]
         signs = pack_bits(flat[idx] > 0)  # |x| > tau > 0, so no sign(0) ambiguity
-        return (idx.to(index_dtype(flat.numel())), signs), None
+        return (idx.to(dtype=index_dtype(flat.numel())), signs), None
 
     decode_checks = ("indices",)  # checked in the scatter's own pass (:meth:`decode`)
 

@@ -51,7 +51,7 @@ def wangni_probabilities(mag: torch.Tensor, budget: float, method: str = "exact"
     j = torch.arange(top.numel(), dtype=torch.float64, device=top.device)
     lam = (budget - j) / (total - before)
     ok = lam * top <= 1 + 1e-12
-    first = int(torch.argmax(ok.to(torch.uint8)))
+    first = int(torch.argmax(ok.to(dtype=torch.uint8)))
     return (lam[first] * m).clamp_(max=1.0)
 
 

@@ -123,7 +123,7 @@ def run_plan(plan, payload) -> bool:
 def min_max(t: torch.Tensor):
     """(min, max) of a tensor's entries as Python numbers (NaN if any entry is NaN): in
     Python for a few entries (a header), else one ``torch.aminmax`` (~3 us on 10^4 entries)."""
-    if t.dtype is torch.int32 and t.numel() > 32 and t.device.type == "cpu" \
+    if t.dtype is torch.int32 and t.numel() > 32 and t.is_cpu \
             and t.is_contiguous() and native.enabled(t):
         return native.int32_range(t)  # one vectorized pass, one ctypes call
     if t.numel() <= 32:

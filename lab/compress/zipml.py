@@ -101,7 +101,7 @@ class ZipML(Compressor):
             if top >= points.numel():
                 raise PayloadError(self.name, "codes", f"codes < {points.numel()} (the points)",
                                    f"code {top}")
-        return points.float()[codes].to(dtype)
+        return points.float()[codes].to(dtype=dtype)
 
     def __repr__(self):
         return f"ZipML(levels={self.levels}, candidates={self.candidates})"
