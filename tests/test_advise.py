@@ -17,7 +17,7 @@ from lab.comm.network import Network
 from lab.train import TrainConfig, train_many
 
 
-@pytest.mark.parametrize("names", [("fp32", "topk+ef", "powersgd", "local-sgd")])
+@pytest.mark.parametrize("names", [("fp32", "topk+ef", "powersgd", "local-sgd", "async-ps")])
 def test_priced_traffic_equals_the_emulated_links_modeled_time(names):
     link = Network.parse("200Mbps,2ms")
     base = TrainConfig(model="mlp", data="digits", steps=16, batch_size=32, eval_every=0)
@@ -99,3 +99,40 @@ def test_a_step_never_communicates_faster_than_its_collectives_ran_on_loopback()
     assert step_seconds(prof, 4, fast) == (0.03, 0.02)                 # the loopback floor
     priced = comm_seconds(prof, 4, slow)
     assert priced > 0.02 and step_seconds(prof, 4, slow) == (0.01 + priced, priced)
+
+
+def test_async_ps_runs_one_server_and_the_other_ranks_as_workers():
+    m = METHODS["async-ps"]
+    assert m.family == "asynchronous" and m.overrides["sync"] == "asp"
+    base = TrainConfig(model="mlp", data="digits", steps=6, batch_size=32, eval_every=3)
+    h, = train_many([m.config(base)], 3, progress=False)
+    s = h.series
+    assert len(s["grads_by_worker"]) == 2 and sum(s["grads_by_worker"]) == 6 * 2
+    assert set(s["worker"]) == {1, 2} and s["updates"] == 12 and h.eval_step == [3, 6]
+    prof = summarise(h, "async-ps", "mlp", 1)
+    d = sum(int(b) for _, b in prof.traffic.values()) / 2 / 2       # per message, in bytes
+    assert prof.traffic == {"recv": [2.0, 2 * d], "send": [2.0, 2 * d]}   # 2 pushes in, 2 pulls out
+    assert prof.server_s > 0 and prof.compute_s > 0 and prof.codec_s == 0
+    assert h.step_s.sum() == pytest.approx(h.wall_s, rel=0.2)       # the server's own clock
+
+
+def test_the_servers_link_is_the_bottleneck_of_the_parameter_server():
+    from lab.advise.estimate import step_seconds
+    link = Network.parse("1Gbps,1ms")
+    B = 150_000
+
+    def ps(world, compute=0.0):   # per step: w-1 pushes in and w-1 pulls out, through one link
+        n = world - 1
+        return StepProfile("async-ps", "mlp", world, compute, 0.0,
+                           {"recv": [n, n * B], "send": [n, n * B]}, 1000)
+    exposed = {w: step_seconds(ps(w), w, link)[1] for w in (2, 4, 8)}
+    for w in exposed:
+        assert exposed[w] == pytest.approx(comm_seconds(ps(w), w, link), rel=1e-12)
+    assert exposed[2] < exposed[4] < exposed[8]
+    assert exposed[8] == pytest.approx(7 * exposed[2])               # linear in the workers
+    one = 2 * (1e-3 + B / link.bandwidth)                             # a push and a pull
+    assert step_seconds(ps(2, 0.5), 2, link)[0] == pytest.approx(0.5 + one)   # one worker waits
+    # with compute to hide it, each worker waits only for its own push and pull: 1/7 of the link
+    assert step_seconds(ps(8, 0.5), 8, link)[0] == pytest.approx(0.5 + one)
+    fast = predict({"async-ps": ps(8, 0.5)}, 8, link, "mlp", conv={})[0]
+    assert "through the server" in fast.reason and fast.step_s == pytest.approx(0.5 + one)

@@ -74,3 +74,65 @@ def test_committed_files_say_what_produced_them(name):
             again = grid.score(c["predicted"], c["measured"])
             assert again["spearman"] == c["spearman"] and again["pick"] == c["pick"]
         assert grid.summary(data["configs"]) == data["summary"]
+
+
+def test_merge_rows_keeps_the_others_and_replaces_the_named_methods():
+    old = [{"model": "mlp", "method": "fp32", "t": 1.0}, {"model": "mlp", "method": "async-ps", "t": 9.0},
+           {"model": "cnn", "method": "async-ps", "t": 5.0}]
+    new = [{"model": "mlp", "method": "async-ps", "t": 2.0}]
+    assert grid.merge_rows(old, new, ["async-ps"], ["mlp"]) == [old[0], old[2], new[0]]
+    meta = grid.merged_meta({"command": "a"}, {"command": "b"})
+    assert meta == {"command": "a", "merges": [{"command": "b"}]}
+    assert grid.merged_meta(meta, {"command": "c"})["merges"] == [{"command": "b"}, {"command": "c"}]
+
+
+def _stored_timed(path):
+    rows = [{"model": "mlp", "method": m, "family": "x", "world": 2, "link": "1Gbps,0.05ms",
+             "time_s": t, "step_s": 0.01, "bytes_per_step": 1.0, "final_acc": 0.5}
+            for m, t in (("fp32", 0.123456789), ("async-ps", 99.0), ("signum", None))]
+    path.write_text(json.dumps({"_meta": {"command": "python -m lab bench grid --part timed",
+                                          "machine": "m"}, "targets": {"mlp": 0.9}, "steps": 4,
+                                "eval_every": 2, "rows": rows}, indent=1))
+    return rows
+
+
+def test_a_merge_measures_only_the_named_method_and_keeps_the_others_bitwise(tmp_path):
+    path = tmp_path / "grid.json"
+    rows = _stored_timed(path)
+    before = {json.dumps(r, sort_keys=True) for r in rows if r["method"] != "async-ps"}
+    assert grid.main(["--part", "timed", "--methods", "async-ps", "--merge",
+                      "--out-timed", str(path)]) == 0
+    data = json.loads(path.read_text())
+    after = [r for r in data["rows"] if r["method"] != "async-ps"]
+    assert {json.dumps(r, sort_keys=True) for r in after} == before and len(after) == 2
+    mine, = [r for r in data["rows"] if r["method"] == "async-ps"]
+    assert (mine["world"], mine["link"], mine["family"]) == (2, "1Gbps,0.05ms", "asynchronous")
+    assert mine["bytes_per_step"] > 1e5 and mine["time_s"] != 99.0     # measured, not kept
+    assert data["steps"] == 4 and data["_meta"]["command"] == "python -m lab bench grid --part timed"
+    assert "--merge" in data["_meta"]["merges"][0]["command"] and not data.get("partial")
+
+
+def test_a_heldout_merge_predicts_every_method_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_ADVISE_CACHE", str(tmp_path / "cache"))
+    fp32 = {"method": "fp32", "model": "mlp", "world": 2, "compute_s": 0.001, "codec_s": 0.0,
+            "traffic": {"allreduce": [1, 150_000]}, "params": 38922, "comm_s": 0.001}
+    row = {"model": "mlp", "method": "fp32", "time_s": 0.5}
+    stored = {("mlp", 2, "1Gbps,0.05ms"): {"rows": [row], "measured": {"fp32": 0.5},
+                                           "profiles": {"fp32": fp32}}}
+    out, = grid.heldout(list(stored), 4, 2, ["async-ps"], stored=stored)
+    assert out["rows"][0] == row and [r["method"] for r in out["rows"]] == ["fp32", "async-ps"]
+    assert set(out["predicted"]) == set(out["measured"]) == {"fp32", "async-ps"}
+    assert out["measured"]["fp32"] == 0.5 and out["profiles"]["fp32"]["compute_s"] == 0.001
+    assert out["profiles"]["async-ps"]["server_s"] > 0
+    assert out["spearman"] == grid.score(out["predicted"], out["measured"])["spearman"]
+
+
+@pytest.mark.parametrize("argv, msg", [(["--merge"], "--methods"),
+                                       (["--merge", "--methods", "fp32", "--steps", "9"],
+                                        "differs"),
+                                       (["--methods", "zip"], "unknown")])
+def test_merge_names_bad_arguments(argv, msg, capsys, tmp_path):
+    _stored_timed(tmp_path / "grid.json")
+    with pytest.raises(SystemExit):
+        grid.main(["--part", "timed", "--out-timed", str(tmp_path / "grid.json"), *argv])
+    assert msg in capsys.readouterr().err

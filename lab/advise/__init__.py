@@ -53,4 +53,4 @@ def _scaled(prof: StepProfile, params: int, compute_s: float) -> StepProfile:
     f = params / prof.params
     traffic = {op: [calls, nbytes * f] for op, (calls, nbytes) in prof.traffic.items()}
     return replace(prof, compute_s=compute_s, codec_s=prof.codec_s * f, traffic=traffic,
-                   params=params)
+                   params=params, server_s=prof.server_s * f)   # a server's update: per parameter

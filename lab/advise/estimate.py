@@ -8,6 +8,7 @@ For a method, a link and a world size ``p``:
   collectives measured on loopback (the floor the emulation cannot go below);
   for P3 (``schedule="p3"``) the communication overlaps the backward pass (two thirds of
   compute) and only what sticks out of it is counted (Part 7's overlap model, simplified);
+  the asynchronous parameter server has its own step (:func:`ps_step_seconds`);
 - **steps** = the method's convergence penalty (steps to the target relative to fp32
   allreduce, read off the accuracy curves that ``python -m lab bench grid`` measured and stored
   in ``convergence.json``, at the measured world size nearest ``p``) times fp32's steps.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..comm.network import Network
@@ -58,11 +59,40 @@ def comm_seconds(profile: StepProfile, p: int, link: Network) -> float:
     return total
 
 
+def ps_step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
+    """(step seconds, exposed seconds) of one step (``p - 1`` gradients) of the asynchronous
+    parameter server (Li et al., OSDI 2014, sec. 3; ASP as Downpour SGD, Dean et al., NeurIPS
+    2012). The server receives each push and sends each pull one after another, so its link
+    carries the step's ``p - 1`` pushes and pulls in series: the price of the profile's
+    traffic (:func:`lab.sync.server.link_traffic`, scaled to ``p - 1`` workers) plus the
+    server's updates is a lower bound that grows with the workers. A worker does not wait for
+    the others, only for its own push, update and pull, so one gradient each is at least its
+    compute plus its share ``1/(p-1)`` of that; the step is the larger bound, and never less
+    than the step measured on loopback. Exposed = the step minus a worker's compute."""
+    n, was = p - 1, profile.world - 1
+    if n < 1:
+        raise ValueError(f"p must be >= 2 for a parameter server (rank 0 serves), got {p}")
+    scaled = {op: [c * n / was, b * n / was] for op, (c, b) in profile.traffic.items()}
+    server = profile.server_s * n / was
+    if link is not None:
+        server += comm_seconds(replace(profile, traffic=scaled), p, link)
+    floor = profile.comm_s + profile.server_s if n == was else 0.0
+    step = max(server, profile.compute_s + server / n, floor)
+    return step, step - profile.compute_s
+
+
+def _served(method: str) -> bool:
+    """Whether ``method`` runs on a parameter server (rank 0 serves, the others work)."""
+    return METHODS[method].overrides.get("sync", "allreduce") != "allreduce"
+
+
 def step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
     """(step seconds, exposed communication seconds) of one step. The emulated link lets each
     collective run for real and then sleeps until its modeled time, so a step's communication
     is never less than what the same collectives took on loopback (``profile.comm_s``, which
     also holds the waits for ranks sharing the cores): the larger of the two is priced."""
+    if _served(profile.method):
+        return ps_step_seconds(profile, p, link)
     comm = comm_seconds(profile, p, link) if link is not None and p > 1 else 0.0
     comm = max(comm, profile.comm_s)
     overlap = METHODS[profile.method].overrides.get("schedule") == "p3"
@@ -154,8 +184,9 @@ def predict(profiles: dict[str, StepProfile], p: int, link: Network, model: str,
         steps = pen * (ref if ref is not None else 1.0)
         parts = {"compute": prof.compute_s, "codec": prof.codec_s, "communication": exposed}
         top = max(parts, key=parts.get)
+        where = " through the server" if _served(name) else ""
         reason = (f"{1e3 * step:.1f} ms/step ({top} {1e3 * parts[top]:.1f} ms), "
-                  f"{prof.bytes / 1e3:.1f} kB/step; {why}")
+                  f"{prof.bytes / 1e3:.1f} kB/step{where}; {why}")
         out.append(Prediction(name, METHODS[name].family, prof.compute_s, prof.codec_s, exposed,
                               step, pen, steps, steps * step, reason))
     return sorted(out, key=lambda r: r.time_s)

@@ -2,7 +2,7 @@
 
 Each is a set of :class:`~lab.train.config.TrainConfig` overrides, with the learning rate the
 book's chapters train it with (sign methods need a much smaller step than SGD, error feedback a
-larger one: Part 4). A method is named as a reader would name it; ``family`` groups them on
+larger one: Part 4; the asynchronous parameter server SGD's, at Part 2's equal-work scaling). A method is named as a reader would name it; ``family`` groups them on
 Part 10's map.
 """
 from __future__ import annotations
@@ -60,6 +60,11 @@ METHODS = {m.name: m for m in (
            "local SGD, parameters averaged every 8 steps"),
     Method("p3", "scheduling", dict(schedule="p3", **SGD),
            "P3: fp32 gradients sliced and sent by priority, overlapped with backward"),
+    Method("async-ps", "asynchronous", dict(sync="asp", **SGD),
+           "asynchronous parameter server (Downpour SGD, Dean et al. 2012): rank 0 serves, the "
+           "other w-1 ranks push gradients and pull parameters without waiting for each other "
+           "(2 ranks: one worker). SGD's rate, as Part 2 trains ASP: each gradient is applied "
+           "with lr/(w-1), so w-1 of them, one step, move the model as far as one fp32 step"),
 )}
 
 

@@ -36,17 +36,21 @@ class StepProfile:
     traffic: dict              # op -> [calls, bytes] per step, rank 0's ledger
     params: int                # parameters of the model
     comm_s: float = 0.0        # in collectives on loopback, no emulated link (measured)
+    server_s: float = 0.0      # a parameter server's own work (its updates); 0 for peers
 
     @property
     def bytes(self) -> float:
-        """Bytes rank 0 hands to the network per step."""
+        """Bytes rank 0 hands to the network per step (a parameter server: through its link,
+    pushes in and pulls out)."""
         return float(sum(b for _, b in self.traffic.values()))
 
 
 def summarise(history, method: str, model: str, params: int) -> StepProfile:
     """A StepProfile from a run's History: means over the second half of its steps (after
     warm-ups such as DGC's, and over whole periods of local SGD when steps are a multiple of
-    twice the period)."""
+    twice the period). A parameter server's History (rank 0 serves) gives the workers' compute
+    per gradient, the server's update time as ``server_s`` and, as ``comm_s``, the rest of its
+    step on loopback (receiving, replying and waiting for the workers)."""
     n = history.steps
     if n < 2:
         raise ValueError(f"history must have at least 2 steps to profile, got {n}")
@@ -60,9 +64,15 @@ def summarise(history, method: str, model: str, params: int) -> StepProfile:
             acc = traffic.setdefault(op, [0.0, 0.0])
             acc[0] += calls / len(steps)
             acc[1] += nbytes / len(steps)
+    comm = float(np.mean(history.comm_s[tail]))
+    per_grad = history.series.get("worker_compute_s")
+    if per_grad:   # a parameter server: compute is the workers', one gradient each
+        return StepProfile(method, model, history.world_size,
+                           float(np.mean(per_grad[len(per_grad) // 2:])), 0.0, traffic, params,
+                           comm, float(np.mean(history.compute_s[tail])))
     return StepProfile(method, model, history.world_size,
                        float(np.mean(history.compute_s[tail])), float(np.mean(history.codec_s[tail])),
-                       traffic, params, float(np.mean(history.comm_s[tail])))
+                       traffic, params, comm)
 
 
 def cache_dir() -> Path:

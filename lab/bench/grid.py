@@ -21,7 +21,12 @@
   compute, another link) without training.
 
 ``--repeats R`` measures every timed point R times (rows carry ``repeat``), for the spread.
-Every file records the command, the machine and the date that produced it.
+``--merge`` measures only ``--methods`` and merges them into the stored file of the part: their
+curves, rows or profiles replace or join the stored ones, the others' are kept as they are, the
+steps, worlds, links and held-out configurations are the stored ones, and the held-out scores
+are recomputed over all methods (every prediction again, from the stored profiles).
+Every file records the command, the machine and the date that produced it (after a merge,
+``_meta["merges"]`` lists the merging commands).
 """
 from __future__ import annotations
 
@@ -130,25 +135,34 @@ def score(predicted: dict, measured: dict) -> dict:
             "best": best, "pick_over_best": round(ratio, 4), "within": bool(ratio <= 1 + WITHIN)}
 
 
-def heldout(configs, steps: int, eval_every: int, methods=None, flush=None) -> list[dict]:
+def heldout(configs, steps: int, eval_every: int, methods=None, flush=None,
+            stored: dict | None = None) -> list[dict]:
     """Each held-out (model, world, link) measured by :func:`timed` and predicted as
     :func:`lab.advise.advise` does (profiles taken on this machine at that world size, stored
-    with the result), scored."""
+    with the result), scored. ``stored``: earlier results by (model, world, link), whose other
+    methods' rows, times and profiles are kept and predicted again with these (``--merge``)."""
     from dataclasses import asdict
-    from ..advise import METHODS, measure, predict
+    from ..advise import METHODS, StepProfile, measure, predict
     from ..comm.network import Network
     out = []
     for model, world, link in configs:
         rows = timed(model, [world], [link], steps, eval_every, methods)
         measured = {r["method"]: r["time_s"] for r in rows}
         profiles = measure([METHODS[m] for m in (methods or METHODS)], model, world)
+        fresh = {k: asdict(v) for k, v in profiles.items()}
+        kept = (stored or {}).get((model, world, link), {})
+        if kept:   # the stored profiles as they were, the named methods' replaced
+            rows = [r for r in kept["rows"] if r["method"] not in measured] + rows
+            measured = {**kept["measured"], **measured}
+            fresh = {**kept["profiles"], **fresh}
+            profiles = {k: StepProfile(**v) for k, v in fresh.items()}
         preds = predict(profiles, world, Network.parse(link), model, target=TARGETS[model])
         predicted = {p.method: (None if p.time_s == float("inf") else round(p.time_s, 4))
                      for p in preds}
         out.append({"model": model, "world": world, "link": link, "target": TARGETS[model],
                     **score(predicted, measured), "predicted": predicted, "measured": measured,
                     "reasons": {p.method: p.reason for p in preds}, "rows": rows,
-                    "profiles": {k: asdict(v) for k, v in profiles.items()}})
+                    "profiles": fresh})
         if flush is not None:
             flush(out)
     return out
@@ -160,6 +174,32 @@ def summary(results: list[dict]) -> dict:
     return {"configs": len(results), "spearman_mean": round(sum(rho) / len(rho), 4),
             "spearman_min": min(rho),
             "within_share": round(sum(r["within"] for r in results) / len(results), 4)}
+
+
+def merged_meta(old: dict, meta: dict) -> dict:
+    """The stored file's provenance with this merging command appended to its ``merges``."""
+    return {**old, "merges": old.get("merges", []) + [meta]}
+
+
+def merge_rows(old: list[dict], new: list[dict], methods, models) -> list[dict]:
+    """``old`` rows with those of ``methods`` on ``models`` replaced by ``new`` (appended)."""
+    return [r for r in old if not (r["method"] in methods and r["model"] in models)] + new
+
+
+def _stored(a, ap, path: Path, steps: int, eval_every: int) -> dict:
+    """The stored file a ``--merge`` goes into, checked against the command's settings."""
+    if not a.methods:
+        ap.error("--merge needs --methods: the methods to measure and merge")
+    if not path.exists():
+        ap.error(f"--merge: no stored file {path} to merge into")
+    old = json.loads(path.read_text())
+    if old.get("partial"):
+        ap.error(f"--merge: {path} is a partial run")
+    for flag, mine, theirs in (("--steps", a.steps, steps), ("--eval-every", a.eval_every,
+                                                              eval_every)):
+        if mine is not None and mine != theirs:
+            ap.error(f"--merge: {flag} {mine} differs from {theirs} in {path}")
+    return old
 
 
 def _config(text: str):
@@ -176,17 +216,22 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["mlp"], choices=sorted(TARGETS),
                     help="models (each has its target accuracy in TARGETS)")
-    ap.add_argument("--workers", nargs="+", type=int, default=[2, 4, 8], help="world sizes")
-    ap.add_argument("--links", nargs="+", default=list(LINKS),
-                    help="links of the timed grid, e.g. 100Mbps,5ms")
+    ap.add_argument("--workers", nargs="+", type=int, default=None,
+                    help="world sizes (default 2 4 8; with --merge the stored ones)")
+    ap.add_argument("--links", nargs="+", default=None,
+                    help="links of the timed grid, e.g. 100Mbps,5ms (default "
+                    f"{' '.join(LINKS)}; with --merge the stored ones)")
     ap.add_argument("--methods", nargs="+", default=None, help="methods (default: all)")
-    ap.add_argument("--steps", type=int, default=120, help="steps per run")
-    ap.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="steps per run (default 120; with --merge the stored file's)")
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="steps between evaluations (default 5; with --merge the stored file's)")
     ap.add_argument("--part", choices=["convergence", "timed", "all", "heldout", "profiles"],
                     default="all", help="which part to run: all = convergence + timed; heldout "
                     "and profiles are separate")
-    ap.add_argument("--configs", nargs="+", type=_config, default=list(HELDOUT),
-                    help="held-out configurations MODEL:WORLD:LINK (--part heldout)")
+    ap.add_argument("--configs", nargs="+", type=_config, default=None,
+                    help="held-out configurations MODEL:WORLD:LINK (--part heldout; default "
+                    "HELDOUT, with --merge the stored ones)")
     ap.add_argument("--out-heldout", type=Path, default=HELDOUT_OUT,
                     help="where the held-out validation goes")
     ap.add_argument("--out-profiles", type=Path, default=PROFILES_OUT,
@@ -197,52 +242,106 @@ def main(argv=None) -> int:
                     help="where the convergence curves go")
     ap.add_argument("--out-timed", type=Path, default=TIMED, help="where the timed grid goes")
     ap.add_argument("--quick", action="store_true", help="2 world sizes, 40 steps: a smoke run")
+    ap.add_argument("--merge", action="store_true",
+                    help="measure only --methods and merge them into the part's stored file "
+                    "(its steps, worlds, links and configurations; the others' results kept)")
     argv = sys.argv[1:] if argv is None else list(argv)
     a = ap.parse_args(argv)
-    if any(w < 2 for w in a.workers):
+    if any(w < 2 for w in a.workers or []):
         ap.error(f"--workers must all be >= 2, got {a.workers}")
-    if a.steps < 2 or a.eval_every < 1 or a.repeats < 1:
+    if (a.steps is not None and a.steps < 2) or (a.eval_every is not None and a.eval_every < 1) \
+            or a.repeats < 1:
         ap.error("--steps must be >= 2, --eval-every and --repeats >= 1")
-    if any(m not in TARGETS or w < 2 for m, w, _ in a.configs):
+    if any(m not in TARGETS or w < 2 for m, w, _ in a.configs or []):
         ap.error(f"--configs: models must be in {sorted(TARGETS)}, worlds >= 2, got {a.configs}")
+    if a.merge and (a.quick or a.repeats > 1):
+        ap.error("--merge measures as the stored file did: no --quick or --repeats")
+    if a.methods:
+        from ..advise.methods import METHODS
+        if unknown := [m for m in a.methods if m not in METHODS]:
+            ap.error(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
     if a.quick:
-        a.workers, a.steps = a.workers[:2], min(a.steps, 40)
+        a.workers, a.steps = (a.workers or [2, 4, 8])[:2], min(a.steps or 120, 40)
     meta = provenance(argv)
+    steps = a.steps if a.steps is not None else 120
+    every = a.eval_every if a.eval_every is not None else 5
     if a.part in ("convergence", "all"):
         data = {"_meta": meta}
+        if a.merge:
+            data = _stored(a, ap, a.out_convergence, *_settings_of(a.out_convergence, a.models))
+            data["_meta"] = merged_meta(data["_meta"], meta)
         for model in a.models:
-            data[model] = {"target": TARGETS[model], "steps": a.steps, "eval_every": a.eval_every,
-                           "settings": settings(model, a.methods),
-                           "curves": curves(model, a.workers, a.steps, a.eval_every, a.methods)}
+            old = data.get(model, {})
+            n, ev = old.get("steps", steps), old.get("eval_every", every)
+            ws = a.workers or sorted({int(w) for c in old.get("curves", {}).values()
+                                      for w in c}) or [2, 4, 8]
+            data[model] = {"target": TARGETS[model], "steps": n, "eval_every": ev,
+                           "settings": {**old.get("settings", {}), **settings(model, a.methods)},
+                           "curves": {**old.get("curves", {}),
+                                      **curves(model, ws, n, ev, a.methods)}}
         _write(a.out_convergence, data)
     if a.part in ("timed", "all"):
+        kept, was = [], []
+        doc = {"_meta": meta, "targets": {m: TARGETS[m] for m in a.models}, "steps": steps,
+               "eval_every": every}
+        if a.merge:
+            old = _stored(a, ap, a.out_timed, *_settings_of(a.out_timed))
+            doc = {**old, "_meta": merged_meta(old["_meta"], meta),
+                   "targets": {**old["targets"], **doc["targets"]}}
+            was, kept = old["rows"], merge_rows(old["rows"], [], a.methods, a.models)
         rows: list = []
-        doc = {"_meta": meta, "targets": {m: TARGETS[m] for m in a.models}, "steps": a.steps,
-               "eval_every": a.eval_every, "rows": rows}
         for model in a.models:
+            mine = [r for r in was if r["model"] == model]
+            ws = a.workers or sorted({r["world"] for r in mine}) or [2, 4, 8]
+            links = a.links or list(dict.fromkeys(r["link"] for r in mine)) or list(LINKS)
             done = len(rows)
 
             def flush(new, done=done):
                 rows[done:] = new
-                _write(a.out_timed, dict(doc, partial=True))
-            timed(model, a.workers, a.links, a.steps, a.eval_every, a.methods, flush, a.repeats)
-        _write(a.out_timed, doc)
+                _write(a.out_timed, dict(doc, rows=kept + rows, partial=True))
+            timed(model, ws, links, doc["steps"], doc["eval_every"], a.methods, flush, a.repeats)
+        _write(a.out_timed, dict(doc, rows=kept + rows))
     if a.part == "heldout":
-        doc = {"_meta": meta, "steps": a.steps, "eval_every": a.eval_every, "within": WITHIN}
+        doc = {"_meta": meta, "steps": steps, "eval_every": every, "within": WITHIN}
+        configs, stored = a.configs or list(HELDOUT), None
+        if a.merge:
+            old = _stored(a, ap, a.out_heldout, *_settings_of(a.out_heldout))
+            doc = {**doc, "_meta": merged_meta(old["_meta"], meta), "steps": old["steps"],
+                   "eval_every": old["eval_every"]}
+            stored = {(c["model"], c["world"], c["link"]): c for c in old["configs"]}
+            configs = a.configs or list(stored)
 
         def flush_heldout(results):
             _write(a.out_heldout, dict(doc, partial=True, summary=summary(results),
                                        configs=results))
-        results = heldout(a.configs, a.steps, a.eval_every, a.methods, flush_heldout)
+        results = heldout(configs, doc["steps"], doc["eval_every"], a.methods, flush_heldout,
+                          stored)
         _write(a.out_heldout, dict(doc, summary=summary(results), configs=results))
     if a.part == "profiles":
         from dataclasses import asdict
         from ..advise import METHODS, measure
         chosen = [METHODS[m] for m in (a.methods or METHODS)]
-        _write(a.out_profiles, {"_meta": meta, "profiles": {
-            model: {str(w): {k: asdict(v) for k, v in measure(chosen, model, w).items()}
-                    for w in a.workers} for model in a.models}})
+        doc = {"_meta": meta, "profiles": {}}
+        if a.merge:
+            doc = _stored(a, ap, a.out_profiles, a.steps, a.eval_every)
+            doc["_meta"] = merged_meta(doc["_meta"], meta)
+        for model in a.models:
+            have = doc["profiles"].setdefault(model, {})
+            for w in a.workers or sorted(int(k) for k in have) or [2, 4, 8]:
+                have[str(w)] = {**have.get(str(w), {}), **{
+                    k: asdict(v) for k, v in measure(chosen, model, w).items()}}
+        _write(a.out_profiles, doc)
     return 0
+
+
+def _settings_of(path: Path, models=None) -> tuple:
+    """(steps, eval_every) a stored file was measured with: the timed or held-out file's, or
+    (``models``) the convergence file's for the first of them (None if absent)."""
+    if not path.exists():
+        return None, None
+    data = json.loads(path.read_text())
+    data = data.get(models[0], {}) if models else data
+    return data.get("steps"), data.get("eval_every")
 
 
 def _write(path: Path, data: dict) -> None:

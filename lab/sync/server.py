@@ -19,8 +19,9 @@ and the server grants ``steps x n`` in all, so every mode does the same work. A 
 per ``n`` gradients processed (a "step" of the equal-work comparison) and, in ``series``, one
 value per gradient (``worker``, ``staleness`` = server clock minus ``version``, ``applied``,
 ``gap`` = the worker's clock minus the slowest worker's when it was granted that gradient,
-``worker_compute_s``, ``t_s``) and one per worker (``grads_by_worker``, ``wait_s_by_worker``:
-seconds blocked waiting for the server's reply), plus ``dropped``.
+``worker_compute_s``, ``t_s``), one per step (``traffic``: :func:`link_traffic`) and one
+per worker (``grads_by_worker``, ``wait_s_by_worker``: seconds blocked waiting for the server's
+reply), plus ``dropped``.
 """
 from __future__ import annotations
 
@@ -47,6 +48,18 @@ def unflat_into(vec: torch.Tensor, tensors) -> None:
     for t in tensors:
         t.copy_(vec[i:i + t.numel()].view_as(t))
         i += t.numel()
+
+
+def link_traffic(records) -> dict:
+    """``{op: [calls, bytes]}`` through the server's link in one step: a ``recv`` (a push)
+    counts the bytes it received, so that the alpha-beta price of this equals the modeled time
+    the emulated link spent (the method advisor prices it, :mod:`lab.advise.estimate`)."""
+    out: dict = {}
+    for r in records:
+        acc = out.setdefault(r.op, [0, 0])
+        acc[0] += 1
+        acc[1] += r.recv_bytes if r.op == "recv" else r.bytes
+    return out
 
 
 class ServerMode(SyncMode):
@@ -156,7 +169,7 @@ class Server:
         self.grant_gap = [0] * (self.n + 1)
         self.apply_s = 0.0
         s = self.h.series
-        for k in ("worker", "staleness", "applied", "gap", "worker_compute_s", "t_s"):
+        for k in ("worker", "staleness", "applied", "gap", "worker_compute_s", "t_s", "traffic"):
             s[k] = []
         s["grads_by_worker"] = [0] * self.n
         s["wait_s_by_worker"] = [0.0] * self.n
@@ -259,6 +272,7 @@ class Server:
                 h.codec_s.append(0.0)
                 h.comm_s.append(max(0.0, interval - self.apply_s))
                 h.modeled_comm_s.append(sum(r.modeled for r in recs))
+                s["traffic"].append(link_traffic(recs))
                 if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
                     from ..run.build import evaluate
                     t0 = time.perf_counter()
