@@ -195,6 +195,17 @@ def test_layer_times_reads_forward_and_ready_offsets_from_a_timeline():
     assert fwd.tolist() == [1.0, 2.0, 3.0] and ready.tolist() == [6.0, 3.0, 1.0]
 
 
+def test_turns_compares_each_schedule_with_its_reference_and_weak_scaling_sets_the_batch():
+    from lab.bench.p3 import config, turns
+    cfgs = [config("mlp", s, None, 4, batch_size=64) for s in ("sync", "slicing-only", "p3")]
+    got = turns(cfgs, 2, rounds=2, block=2, ref=[0, 1, 1])
+    # two ranks: every sum is a + b, so every schedule ends on the same parameters bitwise
+    assert [g["param_diff"] for g in got] == [0.0, 0.0, 0.0]
+    assert [g["ref_diff"] for g in got] == [0.0, 0.0, 0.0]
+    assert all(len(g["step_s"]) == 4 and g["ms"] > 0 for g in got)
+    assert config("vgg", "p3", None, 4, batch_size=512).batch_size == 512
+
+
 # -- the lean engine: virtual link clock, messages, real calls ----------------------------
 def test_link_clock_books_the_cost_model_and_never_delivers_before_the_bytes():
     from lab.comm.network import LinkClock

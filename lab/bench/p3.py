@@ -37,10 +37,11 @@ NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "1Gbps,0.1ms", "3Gbps,0.1ms")
 MODELS = {"vgg": {"channels": 16, "fc": 512}, "resnet": {"channels": 32, "blocks": 2}}
 
 
-def config(model: str, schedule: str, network, steps: int, **kw) -> TrainConfig:
+def config(model: str, schedule: str, network, steps: int, batch_size: int = 256,
+           **kw) -> TrainConfig:
     """The config the benchmark and the book use: digits, global batch 256, SGD with momentum."""
     sk = {"slice_size": kw.pop("slice_size")} if "slice_size" in kw else {}
-    return TrainConfig(model=model, data="digits", steps=steps, batch_size=256, lr=0.05,
+    return TrainConfig(model=model, data="digits", steps=steps, batch_size=batch_size, lr=0.05,
                        momentum=0.9, model_kw=dict(MODELS.get(model, {})), network=network,
                        schedule=schedule, schedule_kw=sk, eval_every=0, **kw)
 
@@ -68,33 +69,58 @@ def layer_sizes(model: str) -> list[int]:
     return [sum(p.numel() for p in ps) for _, ps in layers]
 
 
+#: Schedules that cut the same units and differ only in the order and timing they send them:
+#: beside each, the one to compare its final parameters with.
+SAME_SLICES = {"p3": "slicing-only", "priority-only": "fifo"}
+
+
 def schedule_table(models=("vgg", "resnet"), networks=NETWORKS, schedules=SCHEDULES,
-                   workers=(2, 4), rounds: int = 4, block: int = 3) -> list[dict]:
+                   workers=(2, 4), rounds: int = 4, block: int = 3,
+                   batch_per_rank: int | None = None) -> list[dict]:
     """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
     phase of a shared machine hits every schedule alike): the step time (see :func:`turns`), the step time
     predicted from per-layer times measured in the same session on as many ranks
-    (:func:`lab.schedule.plan.predict`), both speedups over ``sync``, their ratio, the final
-    loss's distance from ``sync``'s and the largest final-parameter difference."""
+    (:func:`lab.schedule.plan.predict`), both speedups over ``sync``, their ratio, the
+    ceiling any overlap can reach (``bound``: (C + T) / max(C, T), with T the link's modeled
+    time for ``sync``'s allreduce and C the rest of ``sync``'s measured step), the final
+    loss's distance from ``sync``'s, the largest final-parameter difference from ``sync``
+    and from the schedule with the same slices (:data:`SAME_SLICES`). With two ranks every
+    difference is 0; with more, gloo sums a value in an order that depends on how the vector
+    it reduces is cut (whole model, slices, the slices one real call carries), so the schedules
+    differ by rounding, which training then amplifies step by step: measured on 3 and 4 ranks
+    (ResNet-like, 6 steps), 1e-5 from ``sync`` and 1e-8 from the same slices.
+
+    ``batch_per_rank``: the global batch is ``batch_per_rank * ranks`` (weak scaling: each rank
+    computes as much at every rank count), instead of the book's fixed 256."""
+    from ..comm import Network
     rows = []
     for w in workers:
+        batch = {} if batch_per_rank is None else {"batch_size": batch_per_rank * w}
         for model in models:
-            timeline = config(model, "fifo", None, 24).with_(schedule_kw={"timeline": True})
+            timeline = config(model, "fifo", None, 24, **batch).with_(schedule_kw={"timeline": True})
             fwd, ready = layer_times(train_many([timeline], w, progress=False)[0])
             sizes = layer_sizes(model)
-            cfgs = [config(model, s, n, rounds * block) for n in networks for s in schedules]
-            got = dict(zip([(c.network, c.schedule) for c in cfgs],
-                           turns(cfgs, w, rounds, block, timeout=300 + 20 * len(cfgs))))
+            cfgs = [config(model, s, n, rounds * block, **batch) for n in networks for s in schedules]
+            keys = [(c.network, c.schedule) for c in cfgs]
+            ref = [keys.index((c.network, SAME_SLICES.get(c.schedule, c.schedule)))
+                   if (c.network, SAME_SLICES.get(c.schedule)) in keys else i
+                   for i, c in enumerate(cfgs)]
+            got = dict(zip(keys, turns(cfgs, w, rounds, block, timeout=300 + 20 * len(cfgs), ref=ref)))
             for n in networks:
                 pred = {s: 1e3 * plan.predict(sizes, fwd, ready, s, n, w) for s in schedules}
                 base, loss = got[n, "sync"]["ms"], got[n, "sync"]["loss"][-1]
+                t = 1e3 * Network.parse(n).time("allreduce", 4 * sum(sizes), w)
                 for s in schedules:
                     sp, psp = base / got[n, s]["ms"], pred["sync"] / pred[s]
-                    rows.append({"model": model, "ranks": w, "link": n, "schedule": s,
+                    rows.append({"model": model, "ranks": w, "batch": cfgs[0].batch_size, "link": n,
+                                 "schedule": s,
                                  "ms/step": round(got[n, s]["ms"], 1), "predicted ms": round(pred[s], 1),
                                  "speedup": round(sp, 3), "predicted speedup": round(psp, 3),
                                  "measured/predicted": round(sp / psp, 3),
+                                 "bound": round(base / max(base - t, t), 3),
                                  "loss - sync": float(f"{got[n, s]['loss'][-1] - loss:.2g}"),
-                                 "param diff": float(f"{got[n, s]['param_diff']:.2g}")})
+                                 "param diff": float(f"{got[n, s]['param_diff']:.2g}"),
+                                 "diff, same slices": float(f"{got[n, s]['ref_diff']:.2g}")})
     return rows
 
 
@@ -129,7 +155,8 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
             for _, comm, e, _, times, losses in runs]
 
 
-def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 600) -> list[dict]:
+def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 600,
+          ref=None) -> list[dict]:
     """Run ``cfgs`` on the same ``workers`` ranks *in turns*: ``block`` steps of each, round
     after round, so a slow phase of a shared machine hits every schedule alike (the way
     ``ddp_hook`` times two hooks). Per config: ``ms``, the median over rounds of each turn's
@@ -137,7 +164,8 @@ def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 
     a turn's mean, not single steps, because an overlapping schedule's step can borrow time
     from the step before it), ``median_ms`` over all steady steps, every step's seconds, the losses, the
     training bytes rank 0 sent (not the overlap engine's one-off plan exchange), and the largest difference of its final parameters from the first
-    config's over all ranks (``param_diff``). Every config needs ``steps = rounds * block``."""
+    config's over all ranks (``param_diff``; ``ref_diff``: from config ``ref[i]``'s, by default
+    the first's too). Every config needs ``steps = rounds * block``."""
     if isinstance(block, bool) or not isinstance(block, int) or block < 2:
         raise ValueError(f"turns: block must be an int >= 2 (steps per turn), got {block!r}")
     for c in cfgs:
@@ -152,9 +180,11 @@ def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 
         steady = [t for j, t in enumerate(r0["step_s"]) if j % block]
         turn = [float(np.mean(steady[k:k + block - 1])) for k in range(0, len(steady), block - 1)]
         diff = max(float((r[i]["params"] - r[0]["params"]).abs().max()) for r in res)
+        j = 0 if ref is None else ref[i]
+        same = max(float((r[i]["params"] - r[j]["params"]).abs().max()) for r in res)
         out.append({"ms": 1e3 * float(np.median(turn)), "median_ms": 1e3 * float(np.median(steady)),
                     "step_s": r0["step_s"],
-                    "loss": r0["loss"], "bytes": r0["bytes"], "param_diff": diff})
+                    "loss": r0["loss"], "bytes": r0["bytes"], "param_diff": diff, "ref_diff": same})
     return out
 
 
@@ -293,6 +323,13 @@ def main(argv=None) -> int:
                    help="rounds of turns in the schedule table, 3 steps of each schedule per round "
                         "(default 4)")
     p.add_argument("--only", choices=["schedules"], help="only the schedule table")
+    p.add_argument("--batch-per-rank", type=int, default=None,
+                   help="schedule table: global batch = this x ranks (weak scaling) instead of "
+                        "the book's fixed 256")
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS),
+                   help="schedule table: models (default: vgg resnet)")
+    p.add_argument("--networks", nargs="+", default=list(NETWORKS),
+                   help="schedule table: emulated links (default: 100Mbps..3Gbps at 0.1 ms)")
     p.add_argument("--ps", action="store_true",
                    help="only the parameter-server table: bsp on one server vs the sharded FIFO "
                         "baseline vs p3-ps (sync='p3-ps'), VGG-like, 4 ranks")
@@ -308,6 +345,8 @@ def main(argv=None) -> int:
         return 0
     if min(a.workers) < 1 or a.rounds < 1:
         p.error("--workers and --rounds must be >= 1")
+    if a.batch_per_rank is not None and a.batch_per_rank < 1:
+        p.error(f"--batch-per-rank must be >= 1, got {a.batch_per_rank}")
     if a.ps:
         rows = ps_table(steps=6 if a.quick else 8, rounds=1 if a.quick else 2)
         if a.json:
@@ -316,7 +355,9 @@ def main(argv=None) -> int:
             print_rows(rows, "P3 on parameter servers: step time by scheme (VGG-like, 4 ranks, "
                              "emulated links)")
         return 0
-    out = {"schedules": schedule_table(workers=tuple(a.workers), rounds=2 if a.quick else a.rounds)}
+    out = {"schedules": schedule_table(tuple(a.models), tuple(a.networks), workers=tuple(a.workers),
+                                       rounds=2 if a.quick else a.rounds,
+                                       batch_per_rank=a.batch_per_rank)}
     if a.only is None:
         out["engine_cost"] = engine_cost(steps=15 if a.quick else 30, repeats=2 if a.quick else 3)
         out["ddp_hook"] = ddp_hook(steps=15 if a.quick else 30)
