@@ -7,6 +7,7 @@ the same payloads). Penalties come from measured curves; bad input is named.
 """
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -136,3 +137,74 @@ def test_the_servers_link_is_the_bottleneck_of_the_parameter_server():
     assert step_seconds(ps(8, 0.5), 8, link)[0] == pytest.approx(0.5 + one)
     fast = predict({"async-ps": ps(8, 0.5)}, 8, link, "mlp", conv={})[0]
     assert "through the server" in fast.reason and fast.step_s == pytest.approx(0.5 + one)
+
+
+# -- the machine's share of a step, pooled over the methods; curves probed for a new model ----
+def _plain(name, compute, comm, traffic, world=8):
+    return StepProfile(name, "mlp", world, compute, 0.001, traffic, 1000, comm_s=comm)
+
+
+def test_rounds_are_the_cost_models_latency_terms():
+    from lab.advise.machine import rounds
+    assert [rounds("allreduce", p) for p in (2, 4, 8)] == [2, 6, 14]   # ring: 2(p-1)
+    assert [rounds("allgather", p) for p in (2, 4, 8)] == [1, 3, 7]
+    assert rounds("send", 8) == 1
+
+
+def test_pooled_profiles_share_the_machines_compute_and_cost_per_round():
+    from lab.advise.machine import per_round, pooled
+    ar, ag = {"allreduce": [1.0, 150_000]}, {"allgather": [1.0, 5_000]}
+    profs = {"fp32": _plain("fp32", 0.001, 0.028, ar), "fp16": _plain("fp16", 0.003, 0.035, ar),
+             "qsgd": _plain("qsgd", 0.002, 0.035, ag), "signum": _plain("signum", 0.009, 0.049, ag),
+             "dgc": _plain("dgc", 0.004, 0.056, {"allgather": [2.0, 8_000]}),
+             "powersgd": _plain("powersgd", 0.002, 0.063, {"allreduce": [3.0, 10_000]}),
+             "artopk": _plain("artopk", 0.002, 0.5, {"allgather": [1.0, 5_000], "broadcast": [1.0, 8]}),
+             "p3": _plain("p3", 0.007, 0.04, ar), "async-ps": _plain("async-ps", 0.005, 0.03, ar)}
+    cost = per_round(profs)
+    # allreduce: fp32 0.028/14, fp16 0.035/14, powersgd 0.063/42; allgather: 0.035/7, 0.049/7, 0.056/14
+    assert cost["allreduce"] == pytest.approx(0.002) and cost["allgather"] == pytest.approx(0.005)
+    got = pooled(profs)
+    for name in ("fp32", "fp16", "qsgd", "signum", "dgc", "powersgd", "artopk"):
+        assert got[name].compute_s == 0.002            # the median of the seven plain methods
+        assert got[name].codec_s == 0.001 and got[name].traffic == profs[name].traffic
+    assert got["fp16"].comm_s == pytest.approx(14 * 0.002)
+    assert got["dgc"].comm_s == pytest.approx(2 * 7 * 0.005)
+    # a broadcast has no single-op method: its 3 rounds at the median of the others' costs
+    assert got["artopk"].comm_s == pytest.approx(7 * 0.005 + 3 * 0.0035)
+    assert got["p3"] == profs["p3"] and got["async-ps"] == profs["async-ps"]   # not pooled
+    assert pooled({"fp32": profs["fp32"], "p3": profs["p3"]}) == {"fp32": profs["fp32"],
+                                                                  "p3": profs["p3"]}
+    mixed = {**profs, "fp16": replace(profs["fp16"], world=4)}
+    assert pooled(mixed) == mixed                                        # one world at a time
+
+
+def test_predict_pools_by_default_and_can_read_each_profile_alone():
+    ar = {"allreduce": [1.0, 1000]}
+    profs = {"fp32": _plain("fp32", 0.001, 0.05, ar, 4), "fp16": _plain("fp16", 0.003, 0.01, ar, 4)}
+    link = Network.parse("25Gbps,0.05ms")
+    own = {r.method: r.step_s for r in predict(profs, 4, link, "mlp", conv={}, pool=False)}
+    both = {r.method: r.step_s for r in predict(profs, 4, link, "mlp", conv={})}
+    assert own == pytest.approx({"fp32": 0.052, "fp16": 0.014})
+    assert both["fp32"] == both["fp16"] == pytest.approx(0.002 + 0.001 + 0.03)
+
+
+def test_a_model_without_stored_curves_is_probed_once_and_cached(tmp_path, monkeypatch):
+    from lab.advise import curves, curves_for
+    monkeypatch.setenv("LAB_ADVISE_CACHE", str(tmp_path))
+    monkeypatch.setattr(curves, "PROBE_STEPS", 10)
+    chosen = [METHODS["fp32"], METHODS["signum"]]
+    conv = curves_for("linear", chosen)
+    assert conv["probed"] and conv["target"] == 0.85 and set(conv["curves"]) == {"fp32", "signum"}
+    assert [s for s, _ in conv["curves"]["fp32"]["2"]] == [5, 10]
+    assert conv["settings"]["signum"]["aggregator"] == "signum"
+    assert penalty(conv, "signum", 8)[2].endswith("(probed at 2 ranks)") or \
+        "did not reach" in penalty(conv, "signum", 8)[2]
+
+    def no_launch(*a, **k):
+        raise AssertionError("measured again")
+    monkeypatch.setattr(curves, "measure_curves", no_launch)
+    assert curves_for("linear", chosen) == conv                      # from the cache
+    assert curves_for("mlp", chosen) is None                         # stored curves
+    assert curves_for("linear", chosen, probe=False) is None         # borrow instead
+    with pytest.raises(ValueError, match="target"):
+        curves_for("vgg", chosen)                                    # no default target

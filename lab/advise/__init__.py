@@ -15,14 +15,26 @@ from .methods import METHODS, Method, get
 from .estimate import Prediction, convergence, predict
 from .profile import StepProfile, measure
 
-__all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "convergence", "measure",
-           "predict"]
+__all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "convergence",
+           "curves_for", "measure", "predict"]
+
+
+def curves_for(model: str, methods=None, target: float | None = None, probe: bool = True,
+               use_cache: bool = True) -> dict | None:
+    """The curves the advisor reads ``model``'s penalties from: ``None`` for the stored ones
+    (:func:`~lab.advise.estimate.convergence`), else, with ``probe``, curves measured on two
+    local ranks and cached (:func:`lab.advise.curves.probed`); without ``probe``, ``None``
+    (the penalties are borrowed from the stored models)."""
+    if convergence(model).get("curves") or not probe:
+        return None
+    from .curves import probed
+    return probed(model, methods, target, use_cache)
 
 
 def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
            target: float | None = None, params: int | None = None,
-           compute_ms: float | None = None, steps: int = 16, use_cache: bool = True
-           ) -> list[Prediction]:
+           compute_ms: float | None = None, steps: int = 16, use_cache: bool = True,
+           probe: bool = True) -> list[Prediction]:
     """Methods ranked by predicted time to target, fastest first.
 
     ``model`` is one of ``lab.models.names()``; or give ``params`` (a parameter count) and
@@ -31,7 +43,9 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     are proportional to the gradient's size) and compute is yours. ``network`` is a
     :class:`~lab.comm.network.Network`, a preset or ``"1Gbps,1ms"``; ``target`` a held-out
     accuracy (default: the one the model's convergence curves were measured for). Profiles are measured on
-    ``workers`` local ranks for ``steps`` steps once and cached.
+    ``workers`` local ranks for ``steps`` steps once and cached. A model without stored curves
+    has them measured once on two local ranks (``probe``, :func:`curves_for`; about half a
+    minute, cached), or, with ``probe=False`` or ``params``, borrows the stored models' penalties.
     """
     link = Network.parse(network)
     if link is None:
@@ -44,9 +58,12 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
         raise ValueError(f"params and compute_ms must be > 0, got {params}, {compute_ms}")
     chosen = [get(m) for m in (methods or METHODS)]
     profiles = measure(chosen, model=model, world=workers, steps=steps, use_cache=use_cache)
+    conv = None
     if params is not None:
         profiles = {k: _scaled(v, params, compute_ms / 1e3) for k, v in profiles.items()}
-    return predict(profiles, workers, link, model, target=target)
+    else:
+        conv = curves_for(model, chosen, target, probe, use_cache)
+    return predict(profiles, workers, link, model, conv=conv, target=target)
 
 
 def _scaled(prof: StepProfile, params: int, compute_s: float) -> StepProfile:

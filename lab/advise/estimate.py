@@ -132,7 +132,8 @@ def penalty(conv: dict, method: str, p: int, target: float | None = None
         return 1.0, None, f"fp32 did not reach {target} at {w} ranks"
     if mine is None:
         return math.inf, ref, f"did not reach {target} in the measured run ({w} ranks)"
-    return mine / ref, ref, f"{mine / ref:.2f}x fp32's steps to {target} (measured at {w} ranks)"
+    how = "probed" if conv.get("probed") else "measured"
+    return mine / ref, ref, f"{mine / ref:.2f}x fp32's steps to {target} ({how} at {w} ranks)"
 
 
 def _same_settings(conv: dict, method: str) -> bool:
@@ -171,13 +172,18 @@ def borrowed_penalty(method: str, p: int, path=CONVERGENCE, exclude: str = ""
 
 
 def predict(profiles: dict[str, StepProfile], p: int, link: Network, model: str,
-            conv: dict | None = None, target: float | None = None) -> list[Prediction]:
-    """Every profiled method's prediction on ``link`` with ``p`` ranks, fastest first (a model
-    without measured curves borrows the others' penalties, :func:`~lab.advise.estimate.borrowed_penalty`)."""
+            conv: dict | None = None, target: float | None = None,
+            pool: bool = True) -> list[Prediction]:
+    """Every profiled method's prediction on ``link`` with ``p`` ranks, fastest first.
+    ``conv``: the model's curves (default: the stored ones; a model without them borrows the
+    others' penalties, :func:`~lab.advise.estimate.borrowed_penalty`). ``pool``: the machine's
+    share of each step (compute, collectives on loopback) pooled over the methods
+    (:func:`lab.advise.machine.pooled`) instead of read off each method's own profile."""
+    from .machine import pooled
     borrow = conv is None and not convergence(model).get("curves")
     conv = convergence(model) if conv is None else conv
     out = []
-    for name, prof in profiles.items():
+    for name, prof in (pooled(profiles) if pool else profiles).items():
         step, exposed = step_seconds(prof, p, link)
         pen, ref, why = (borrowed_penalty(name, p, exclude=model) if borrow
                          else penalty(conv, name, p, target))

@@ -85,9 +85,13 @@ def _digest(cfg) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _machine() -> str:
+    """This machine in a cache file's name: its host name and CPU count."""
+    return f"{platform.node()}-{os.cpu_count()}cpu"
+
+
 def _key(model: str, world: int) -> Path:
-    machine = f"{platform.node()}-{os.cpu_count()}cpu"
-    return cache_dir() / f"{machine}-{model}-w{world}-v2.json"   # v2: with loopback comm_s
+    return cache_dir() / f"{_machine()}-{model}-w{world}-v2.json"   # v2: with loopback comm_s
 
 
 def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: int = 16,
