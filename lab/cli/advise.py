@@ -33,6 +33,9 @@ def parser():
                     metavar="METHOD",
                     help=f"rank only these (default: all of {', '.join(METHODS)})")
     ap.add_argument("--no-cache", action="store_true", help="measure the profiles again")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="a model without stored curves borrows the stored models' penalties "
+                         "instead of having its curves measured once on two local ranks")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return ap
 
@@ -47,7 +50,8 @@ def main(argv=None) -> int:
     try:
         ranked = advise(a.model, a.workers, a.network, a.methods, target=a.target,
                         params=None if a.params is None else int(a.params),
-                        compute_ms=a.compute_ms, use_cache=not a.no_cache)
+                        compute_ms=a.compute_ms, use_cache=not a.no_cache,
+                        probe=not a.no_probe)
     except ValueError as err:
         ap.error(str(err))
     if a.json:
