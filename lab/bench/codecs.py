@@ -10,7 +10,9 @@ synchronised before the clock stops. ``ratio`` is the compression ratio (dense b
 bytes), from the payload itself. :func:`run` tunes glibc's allocator as the training ranks do
 (:mod:`lab.runtime.allocator`; ``LAB_KEEP_FREED_MEMORY=0`` measures with its defaults).
 On the CPU, the cast, sign, 1-bit, QSGD and TernGrad codecs run their C kernels
-(:mod:`lab.compress.native`); ``LAB_NATIVE=0`` measures the torch reference instead.
+(:mod:`lab.compress.native`), and every codec training uses does a whole compress or decompress
+of a contiguous float32 tensor in one or two fused C calls (:mod:`lab.compress.native_small`);
+``LAB_NATIVE=0`` measures the torch reference instead.
 
 ``--checks``: the cost of checking a payload against its declared wire format
 (:mod:`lab.compress.wire`) beside the decode it guards (best of many calls each), as a percentage.
@@ -166,10 +168,14 @@ def small_overhead(names=None, sizes=(1000, 2 ** 16), repeats: int = 7, threads:
     included) in microseconds, best of ``repeats`` batches of ``number`` calls (this thread's
     CPU time: a descheduled thread is not counted). On a small tensor this is the codec's
     fixed cost (Python, torch dispatch, ctypes), which a model of many small layers pays per
-    layer and step. Its floor is the number of torch ops and C calls a codec makes, each
-    ~1-2 us on one core: a cast, a sign or a Top-k on 1000 values costs a few of them each
-    way; QSGD, TernGrad, Random-k, DGC and the threshold codec draw random numbers or select
-    in several ops and cost tens of us (numbers: ``python -m lab bench codecs --small``)."""
+    layer and step. Its floor is the number of torch ops (an allocation is one) and C calls a
+    codec makes, ~2-4 us each on one core among other ops (~1.5 us each in a loop of one):
+    each codec's small-tensor path (:mod:`lab.compress.native_small`) does its arithmetic,
+    checks, random draws and packing in one or two C calls, so a payload of one or two parts
+    costs about 5-12 us each way. Above that stay the codecs whose bits come from torch ops
+    kept on purpose: QSGD (torch's ``vector_norm`` per bucket, three payload parts, a
+    generator draw) and TernGrad (torch's sums and float32 square root for sigma, a generator
+    draw); and DGC's per-key bookkeeping (numbers: ``python -m lab bench codecs --small``)."""
     with measuring(threads):
         rows = []
         for n, g, name, c, payload, ctx in _encoded(names, TRAINING, sizes):

@@ -69,8 +69,12 @@ def float32s(*values: float) -> torch.Tensor:
     """A new 1-D float32 CPU tensor of ``values`` (Python floats already rounded to float32,
     e.g. by ``ctypes.c_float``; Inf allowed): what ``torch.tensor(values, dtype=float32)``
     gives, built from their bytes (~1 us instead of ~4: a header part on a small tensor)."""
-    return torch.frombuffer(bytearray(struct.pack(f"<{len(values)}f", *values)),
-                            dtype=torch.float32)
+    packer = _FLOAT32S.get(len(values)) or _FLOAT32S.setdefault(
+        len(values), struct.Struct(f"<{len(values)}f"))  # a format string parsed once
+    return torch.frombuffer(bytearray(packer.pack(*values)), dtype=torch.float32)
+
+
+_FLOAT32S: dict = {}
 
 
 def check_int(name: str, value, minimum: int = 1, allow_none: bool = False):
@@ -261,6 +265,16 @@ class Compressor:
         returns ``out``. Codecs that can decode straight into the subtraction skip the decoded
         tensor (the same values)."""
         return out.sub_(self.decompress(payload, ctx).reshape(out.shape))
+
+    def feedback_step(self, tensor: torch.Tensor, residual: torch.Tensor | None):
+        """Error feedback's step fused, where a codec has it (the scaled sign, in C):
+        ``(payload, ctx, new residual)`` for ``p = tensor + residual`` (residual None, or of
+        another shape than tensor: zero), the new residual being ``p - decompress(payload,
+        ctx)`` (it may be written over the old one in place); the values of
+        :class:`~lab.compress.ErrorFeedback`'s general route. None (the default) where it does
+        not apply, with nothing changed (the residual included): error feedback then runs
+        that route."""
+        return None
 
     def check_payload(self, payload: Payload, ctx: Any) -> tuple:
         """``payload`` as a tuple, checked against :attr:`wire` for the tensor ``ctx``

@@ -50,12 +50,20 @@ class ErrorFeedback(Compressor):
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
             return self.inner.compress(tensor, key)  # the inner codec names the bad input
         e = self.residuals.get(key)
+        # the whole step in one fused pass where the codec has one (the scaled sign): it
+        # writes over e only once it knows p finite, so e stays valid on a refusal there too
+        step = self.inner.feedback_step(tensor, e)
+        if step is not None:
+            payload, ctx, self.residuals[key] = step
+            return payload, ctx
+        if e is not None and e.shape != tensor.shape:
+            e = None
         # the residual lives in fp32 even for fp16/bf16 gradients: the small errors it keeps
         # are exactly what a half-precision buffer would round away. p = g + e goes to a new
         # buffer, so e stays valid if the inner codec refuses p (every codec refuses NaN/Inf,
         # and p holds them exactly when g does, or when the sum overflows); e_new = p - D(C(p))
         # is then computed in p's buffer.
-        if e is None or e.shape != tensor.shape:
+        if e is None:
             p = tensor.detach().to(torch.float32, copy=True)
         else:
             p = torch.add(e, tensor.detach())

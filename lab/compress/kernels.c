@@ -7,8 +7,14 @@
  * where x86 has a better instruction), so that `cc -O3 -march=native` turns every loop into
  * SIMD on x86 and ARM alike. lab.compress.native compiles this file once per machine and
  * falls back to the reference where it cannot; the tests compare the two.
+ *
+ * The second half (from "The small-tensor kernels") fuses whole encodes and decodes for the
+ * codecs' small-tensor paths (issue 31 item 4): kernels_small.c, and kernels_select.c for
+ * Top-k's and Random-k's selections, included at the end of this file.
  */
+#include <math.h>  /* isfinite, NAN */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __AVX__
 #include <immintrin.h>
@@ -36,7 +42,7 @@ static inline void bucket_levels(const float *restrict x, int64_t len, float nor
                                  uint32_t first, uint32_t k0, uint32_t k1, int signed_codes,
                                  uint8_t *restrict levels, uint8_t *restrict negative) {
     for (int64_t i = 0; i < len; i++) {
-        float a = x[i] < 0 ? -x[i] : x[i];
+        float a = fabsf(x[i]);  /* not x < 0 ? -x : x, a branch the compiler keeps */
         float r = a / norm * s;
         r = r < s ? r : s;
         int32_t low = (int32_t)r;  /* r >= 0: truncation is floor */
@@ -45,7 +51,8 @@ static inline void bucket_levels(const float *restrict x, int64_t len, float nor
         int32_t level = low + (u < threshold);
         int32_t neg = x[i] < 0;
         if (signed_codes) {
-            levels[i] = (uint8_t)(level << neg);
+            levels[i] = (uint8_t)(level * (1 + neg));  /* level << neg: a shift by a
+                                                          * variable does not vectorize */
         } else {
             levels[i] = (uint8_t)level;
             negative[i] = (uint8_t)neg;
@@ -214,41 +221,46 @@ double lab_sign_bits(const float *x, int64_t n, uint8_t *bits, int32_t with_sum)
  * of the others (NaN among them, so that it shows), both in float64, and the count of values
  * >= 0: the two sides of 1-bit SGD. */
 
+static inline void bucket_side_sums(const float *v, int64_t len, double *sum_pos,
+                                    double *sum_neg, int64_t *nonneg) {
+    int64_t i = 0;
+    f64x4 pos[2] = {{0}, {0}}, neg[2] = {{0}, {0}};
+    i64x4 count[2] = {{0}, {0}};
+    for (; i + 8 <= len; i += 8) {
+        for (int h = 0; h < 2; h++) {  /* two independent accumulators */
+            f32x4 part;
+            memcpy(&part, v + i + 4 * h, 16);
+            f64x4 d = __builtin_convertvector(part, f64x4);
+            i64x4 is_pos = d >= 0, bits;
+            memcpy(&bits, &d, 32);
+            i64x4 p = bits & is_pos, q = bits & ~is_pos;
+            f64x4 dp, dq;
+            memcpy(&dp, &p, 32);
+            memcpy(&dq, &q, 32);
+            pos[h] += dp;
+            neg[h] += dq;
+            count[h] -= is_pos;  /* is_pos is -1 where true */
+        }
+    }
+    double sp = 0, sn = 0;
+    int64_t c = 0;
+    for (int j = 0; j < 4; j++) {
+        sp += pos[0][j] + pos[1][j];
+        sn += neg[0][j] + neg[1][j];
+        c += count[0][j] + count[1][j];
+    }
+    for (; i < len; i++) {
+        if (v[i] >= 0) { sp += v[i]; c++; } else { sn += v[i]; }
+    }
+    *sum_pos = sp;
+    *sum_neg = sn;
+    *nonneg = c;
+}
+
 void lab_side_sums(const float *x, int64_t n, int64_t bucket, double *sums, int64_t *nonneg) {
     for (int64_t b0 = 0, k = 0; b0 < n; b0 += bucket, k++) {
-        int64_t len = n - b0 < bucket ? n - b0 : bucket, i = 0;
-        const float *v = x + b0;
-        f64x4 pos[2] = {{0}, {0}}, neg[2] = {{0}, {0}};
-        i64x4 count[2] = {{0}, {0}};
-        for (; i + 8 <= len; i += 8) {
-            for (int h = 0; h < 2; h++) {  /* two independent accumulators */
-                f32x4 part;
-                memcpy(&part, v + i + 4 * h, 16);
-                f64x4 d = __builtin_convertvector(part, f64x4);
-                i64x4 is_pos = d >= 0, bits;
-                memcpy(&bits, &d, 32);
-                i64x4 p = bits & is_pos, q = bits & ~is_pos;
-                f64x4 dp, dq;
-                memcpy(&dp, &p, 32);
-                memcpy(&dq, &q, 32);
-                pos[h] += dp;
-                neg[h] += dq;
-                count[h] -= is_pos;  /* is_pos is -1 where true */
-            }
-        }
-        double sp = 0, sn = 0;
-        int64_t c = 0;
-        for (int j = 0; j < 4; j++) {
-            sp += pos[0][j] + pos[1][j];
-            sn += neg[0][j] + neg[1][j];
-            c += count[0][j] + count[1][j];
-        }
-        for (; i < len; i++) {
-            if (v[i] >= 0) { sp += v[i]; c++; } else { sn += v[i]; }
-        }
-        sums[2 * k] = sp;
-        sums[2 * k + 1] = sn;
-        nonneg[k] = c;
+        int64_t len = n - b0 < bucket ? n - b0 : bucket;
+        bucket_side_sums(x + b0, len, sums + 2 * k, sums + 2 * k + 1, nonneg + k);
     }
 }
 
@@ -373,3 +385,8 @@ void lab_expand_codes2(const uint8_t *restrict packed, int64_t n, const float *t
     for (int64_t i = 4 * g; i < n; i++)
         out[i] = rows[packed[g]][i - 4 * g];
 }
+
+/* The small-tensor kernels and the selections that reproduce torch's, in files of their own;
+ * one translation unit, since they use the static helpers above. */
+#include "kernels_small.c"
+#include "kernels_select.c"

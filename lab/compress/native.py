@@ -13,7 +13,10 @@ codecs give the same bits on both paths.
 The C file is compiled with the system's C compiler (``$CC``, else ``cc``) on first use, into a
 per-machine cache (``$LAB_CACHE_DIR``, else ``~/.cache/lab``); that takes about a second, once.
 Where no compiler is found, or with ``LAB_NATIVE=0``, the codecs run their torch/numpy
-reference, which the tests compare the kernels with.
+reference, which the tests compare the kernels with. ``kernels_small.c`` and
+``kernels_select.c``, included at the end of ``kernels.c`` (one translation unit), fuse whole
+encodes and decodes for the codecs' small-tensor paths (issue 31 item 4); their wrappers are in
+:mod:`lab.compress.native_small`.
 """
 from __future__ import annotations
 
@@ -32,7 +35,9 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("kernels.c")
-_FLAGS = (["-O3", "-march=native"], ["-O3"])  # -march=native is missing on some compilers
+# -march=native is missing on some compilers; -ffp-contract=off: a product and a sum are
+# rounded apart, as torch's separate ops round them (DGC's u = m u + g), never fused
+_FLAGS = (["-O3", "-march=native", "-ffp-contract=off"], ["-O3", "-ffp-contract=off"])
 _state: dict = {}
 
 
@@ -100,7 +105,8 @@ def _fingerprint(compiler: str, flags: list[str]) -> str:
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             cpu = next((line for line in f if line.startswith(("flags", "Features"))), "")
-    text = "\n".join([SOURCE.read_text(), compiler, *flags, platform.machine(), cpu])
+    sources = [f.read_text() for f in sorted(SOURCE.parent.glob("kernels*.c"))]  # and its includes
+    text = "\n".join([*sources, compiler, *flags, platform.machine(), cpu])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -149,7 +155,32 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.lab_float32_range.restype = i64
     lib.lab_int32_range.argtypes = [ptr, i64]
     lib.lab_int32_range.restype = i64
+    _declare_small(lib, ptr, i64, f32, i32)
     return lib
+
+
+def _declare_small(lib: ctypes.CDLL, ptr, i64, f32, i32) -> None:
+    """The small-tensor kernels' signatures (the end of ``kernels.c``; their wrappers:
+    :mod:`lab.compress.native_small`)."""
+    for name, args, res in (
+            ("lab_expand_pair", [ptr, i64, f32, f32, ptr], None),
+            ("lab_scatter_into", [ptr, ptr, i32, i64, i64, ptr], i64),
+            ("lab_scatter_signs", [ptr, ptr, i64, i64, f32, ptr], i64),
+            ("lab_expand_ternary", [ptr, i64, f32, ptr], None),
+            ("lab_dequantize_checked", [ptr, i32, ptr, i64, i64, ptr, f32, ptr], i32),
+            ("lab_qsgd_encode", [ptr, i64, i64, ptr, f32, i32, ptr, ptr, ptr], None),
+            ("lab_absmax_squares", [ptr, i64, ptr, ptr], f32),
+            ("lab_ternary_codes", [ptr, i64, f32, ptr, ptr], None),
+            ("lab_ef_scaled_sign", [ptr, ptr, i64, ptr, ptr, ptr], ctypes.c_double),
+            ("lab_onebit_encode", [ptr, i64, ptr, ptr], i32),
+            ("lab_qsgd_prepare", [ptr, i64, ptr, i64], i32),
+            ("lab_threshold_count", [ptr, i64, f32], i64),
+            ("lab_threshold_fill", [ptr, i64, f32, ptr, ptr], None),
+            ("lab_dgc_step", [ptr, ptr, ptr, i64, f32, i32, i64, ptr, ptr, i32], i32),
+            ("lab_topk_abs", [ptr, i64, i64, ptr, ptr, ptr, ptr], i32),
+            ("lab_random_indices", [ptr, i64, i64, ptr, ptr, ptr, ptr], i32)):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
 
 
 def _key(generator: torch.Generator) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import native
+from . import native, native_small
 from .base import (Compressor, Part, WireFormat, all_finite, check_finite, check_int, float32s,
                    register)
 from .error_feedback import ErrorFeedback
@@ -103,14 +103,54 @@ class OneBit(Compressor):
             cols = _Columns(tensor.shape[0])
             payload, (_, dtype, _) = super().compress(tensor.t(), cols)
             return payload, (tensor.shape, dtype, cols)
+        # Speed (issue 31 item 4): a contiguous float32 CPU tensor in one bucket goes straight
+        # to the kernel, without the base class's checks and flattening
+        n = tensor.numel() if native_small.plain(tensor) else 0
+        payload = self._encode_small(tensor, n) if n and n <= (self.bucket_size or n) else None
+        if payload is not None:
+            return payload, (tensor.shape, torch.float32, None)
         return super().compress(tensor, key)
+
+    @staticmethod
+    def _encode_small(x, n: int):
+        """One bucket's payload in one C call (the sign bits, both side sums, the two means;
+        the values of :meth:`encode`'s route) for ``x`` of ``n`` > 0 values that
+        :func:`~lab.compress.native_small.plain` takes; None for NaN/Inf (that route raises)."""
+        bits = native_small.BYTES.new_empty((n + 7) // 8)
+        means = native_small.FLOATS.new_empty(2)
+        if native_small.K.lab_onebit_encode(x.data_ptr(), n, bits.data_ptr(),
+                                            means.data_ptr()):
+            return None
+        return bits, means
 
     def decompress(self, payload, ctx):
         shape, dtype, inner = ctx
+        out = self._decompress_small(payload, shape, dtype) if inner is None else None
+        if out is not None:
+            return out
         if isinstance(inner, _Columns):
             out = self.decode(self.check_payload(payload, ctx), inner, shape.numel(), dtype)
             return out.view(shape[1], shape[0]).t().contiguous()
         return super().decompress(payload, ctx)
+
+    def _decompress_small(self, payload, shape, dtype):
+        """Speed (issue 31 item 4): the one-bucket payload the declared format accepts
+        (ceil(n / 8) sign bytes, two finite means) decoded in one C call; None for anything
+        else, which goes through the full check (it names what is wrong) and :meth:`decode`."""
+        n = shape.numel()
+        if dtype is not torch.float32 or payload.__class__ is not tuple or len(payload) != 2 \
+                or not n or n > (self.bucket_size or n):
+            return None
+        bits, means = payload
+        if bits.__class__ is torch.Tensor and means.__class__ is torch.Tensor \
+                and bits.dtype is torch.uint8 and means.dtype is torch.float32 \
+                and bits.numel() == (n + 7) // 8 and means.numel() == 2 \
+                and bits.is_contiguous() and means.is_cpu and native_small.enabled(bits):
+            pos, neg = means.tolist()
+            if math.isfinite(pos) and math.isfinite(neg):
+                out = native_small.expand_pair(bits, n, neg, pos)
+                return out if len(shape) == 1 else out.view(shape)
+        return None
 
     def wire_vars(self, numel, ctx, payload):
         return {"buckets": -(-numel // self._bucket(numel, ctx))}
@@ -123,6 +163,10 @@ class OneBit(Compressor):
     def encode(self, flat, key):
         n = flat.numel()
         bucket = self._bucket(n, key)
+        payload = self._encode_small(flat, n) if n and bucket >= n \
+            and native_small.plain(flat) else None
+        if payload is not None:
+            return payload, None
         x = flat.float()
         if native.enabled(x):  # sign bits, both sums and the counts in two passes (kernels.c)
             bits, sums, n_pos = sign_bits(x), *native.side_sums(x, bucket)

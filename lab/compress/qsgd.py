@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import native
+from . import native, native_small
 from .base import (Compressor, Part, WireFormat, bernoulli, check_finite, check_int, register,
                    round_stochastic, truncate)
 from .fused import fused
@@ -161,6 +161,69 @@ class QSGD(Compressor):
 
     def wire_vars(self, numel, ctx, payload):
         return {"buckets": -(-numel // self._bucket(numel))}
+
+    def compress(self, tensor, key=None):
+        # Speed (issue 31 item 4): a contiguous float32 CPU tensor goes to the fused kernel,
+        # without the base class's checks and flattening (see :meth:`_encode_small`); a
+        # subclass with a payload of its own (QSGD-Elias) keeps the general route
+        if type(self).encode is QSGD.encode and native_small.plain(tensor) \
+                and 0 < tensor.numel():
+            payload = self._encode_small(tensor)
+            if payload is not None:
+                return payload, (tensor.shape, torch.float32, None)
+        return super().compress(tensor, key)
+
+    def _encode_small(self, x):
+        """:meth:`encode`'s payload for a plain float32 ``x``: one C pass checks that every
+        norm will be finite (finite values below 2^50) and copies x to a buffer of whole
+        buckets, the last padded with zeros (as ``as_buckets`` pads it); torch's own
+        ``vector_norm`` of them (its bits are the payload's); then the levels, sign bits and
+        packing in one C pass, drawn with the generator as ``quantize`` draws. None (nothing
+        drawn) where the general route is needed: s >= 256, long buckets, NaN/Inf or huge
+        values (that route raises, or rescales a bucket whose squares overflow)."""
+        n, bucket = x.numel(), self._bucket(x.numel())
+        if self.s >= 256 or bucket > _BLOCK:
+            return None
+        rows = -(-n // bucket)
+        # x's buckets: copied where small (a buffer of this thread: no view, no allocation) or
+        # where the last is short (padded), else viewed
+        v = None if rows * bucket == n and n > 16384 else native_small.scratch(rows, bucket)
+        if not native_small.K.lab_qsgd_prepare(x.data_ptr(), n,
+                                               None if v is None else v.data_ptr(),
+                                               rows * bucket):
+            return None
+        norms = torch.linalg.vector_norm(x.view(rows, bucket) if v is None else v, dim=1)
+        signs = native_small.BYTES.new_empty((n + 7) // 8)
+        levels = native_small.BYTES.new_empty((n * self.bits + 7) // 8)
+        native_small.K.lab_qsgd_encode(
+            x.data_ptr(), n, bucket, norms.data_ptr(), self.s, self.bits,
+            native_small.key(self.generator), signs.data_ptr(), levels.data_ptr())
+        return norms, signs, levels
+
+    def decompress(self, payload, ctx):
+        # Speed: the payload the declared format accepts (finite norms >= 0, one per bucket,
+        # ceil(n / 8) sign bytes, ceil(n bits / 8) level bytes) decoded in one C call; anything
+        # else goes through the full check, which names what is wrong
+        shape, dtype, _ = ctx
+        n = shape.numel()
+        bucket = self._bucket(n)
+        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 3 \
+                and self.bits in (1, 2, 4, 8) and (bucket % 8 == 0 or n <= bucket) and n \
+                and type(self).decode is QSGD.decode:
+            norms, signs, levels = payload
+            if norms.__class__ is torch.Tensor and signs.__class__ is torch.Tensor \
+                    and levels.__class__ is torch.Tensor and norms.dtype is torch.float32 \
+                    and signs.dtype is torch.uint8 and levels.dtype is torch.uint8 \
+                    and norms.numel() == -(-n // bucket) and signs.numel() == (n + 7) // 8 \
+                    and levels.numel() == (n * self.bits + 7) // 8 and norms.is_contiguous() \
+                    and signs.is_contiguous() and levels.is_contiguous() \
+                    and native_small.enabled(levels) and norms.is_cpu:
+                out = native_small.FLOATS.new_empty(n)
+                if not native_small.K.lab_dequantize_checked(  # norms finite, >= 0
+                        levels.data_ptr(), self.bits, signs.data_ptr(), n, bucket,
+                        norms.data_ptr(), self.s, out.data_ptr()):
+                    return out if len(shape) == 1 else out.view(shape)
+        return super().decompress(payload, ctx)
 
     def encode(self, flat, key):
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),

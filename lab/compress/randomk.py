@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import torch
 
-from .base import Part, WireFormat, register
-from .topk import EXACT_K, SparseCodec, check_density, resolve_k, sparse_payload
+from . import native_small
+from .base import Compressor, Part, WireFormat, register
+from .topk import EXACT_K, RAGGED, SparseCodec, check_density, resolve_k, sparse_payload
+from .wire import range_error
 
 
 def distinct_indices(n: int, k: int, generator: torch.Generator, device="cpu") -> torch.Tensor:
@@ -61,6 +63,21 @@ class RandomK(SparseCodec):
         self.density, self.k, self.scale = density, k, bool(scale)
         super().__init__(seed=seed)
 
+    def _select_small(self, flat, with_int32: bool):
+        """``(idx, values, int32 idx)`` as :meth:`_select` and :func:`sparse_payload` give them
+        for a plain 1-D float32 ``flat``, the indices drawn in C from the generator's state
+        exactly as :func:`distinct_indices` draws them with torch (the generator left in the
+        same state) and the values gathered in the same call; None where that does not apply
+        (scaling, k = 0, a torch whose draws the kernel does not reproduce)."""
+        n = flat.numel()
+        try:
+            k = resolve_k(n, self.density, self.k)
+        except ValueError:  # k > n: the general route raises it, after its finiteness check
+            return None
+        if self.scale or not 0 < k <= n < 2 ** 31 or not native_small.rng_exact():
+            return None
+        return native_small.random_indices(self.generator, n, k, flat, with_int32)
+
     def _select(self, flat):
         n = flat.numel()
         k = resolve_k(n, self.density, self.k)
@@ -70,6 +87,17 @@ class RandomK(SparseCodec):
         if self.scale and k:
             vals = vals * (n / k)
         return idx, vals
+
+    def compress(self, tensor, key=None):
+        # Speed (issue 31 item 4): a contiguous float32 CPU vector is checked, drawn from and
+        # gathered in one C call (:meth:`_select_small`) without the base class's checks and
+        # flattening; NaN/Inf take the general route, which raises before drawing
+        picked = self._select_small(tensor, True) if native_small.plain(tensor) \
+            and tensor.dim() == 1 else None
+        if picked is None:
+            return super().compress(tensor, key)
+        idx, vals, idx32 = picked
+        return (vals, idx32), (tensor.shape, torch.float32, None)
 
     def encode(self, flat, key):
         idx, vals = self._select(flat)
@@ -89,11 +117,29 @@ class SharedRandomK(RandomK):
     allreduce_compatible = True
     wire = WireFormat(Part("values", "input", "k"), where=EXACT_K.where)
 
+    def compress(self, tensor, key=None):
+        # Speed: as :meth:`RandomK.compress`, the payload the values only
+        picked = self._select_small(tensor, False) if native_small.plain(tensor) \
+            and tensor.dim() == 1 else None
+        if picked is None:
+            return Compressor.compress(self, tensor, key)
+        idx, vals, _ = picked
+        return (vals,), (tensor.shape, torch.float32, idx)
+
     def encode(self, flat, key):
         idx, vals = self._select(flat)
         return (vals,), idx  # ctx: the indices, identical on every rank, never sent
 
     def decode(self, payload, ctx, numel, dtype):
+        values = payload[0]
+        if dtype is torch.float32 and values.dtype is torch.float32 \
+                and ctx.__class__ is torch.Tensor and ctx.dtype is torch.int64 \
+                and ctx.numel() == values.numel() and native_small.enabled(values) \
+                and values.is_contiguous() and ctx.is_contiguous() and ctx.is_cpu:
+            out = native_small.scatter(values, ctx, numel)  # zeroes and scatters: one C call
+            if out is None:
+                raise range_error(self.name, RAGGED.parts[1], numel, ctx)
+            return out
         return super().decode((payload[0], ctx), None, numel, dtype)
 
 

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from . import native
+from . import native, native_small
 from .base import Compressor, Part, WireFormat, check_finite, float32s, register
 from .error_feedback import ErrorFeedback
 from .sign import sign_bits, signs_from_bits
@@ -35,6 +35,67 @@ class ScaledSign(Compressor):
     name = "scaled_sign"
     wire = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"),
                       Part("scale", torch.float32, "1", "finite >= 0"))
+
+    def compress(self, tensor, key=None):
+        # Speed (issue 31 item 4): a contiguous float32 CPU tensor goes straight to the kernel,
+        # as encode's C path does; anything else, NaN/Inf and overflow take the general route
+        n = tensor.numel() if native_small.plain(tensor) else 0
+        if n:
+            bits = native_small.BYTES.new_empty((n + 7) // 8)
+            mean = native_small.K.lab_sign_bits(tensor.data_ptr(), n, bits.data_ptr(), 1) / n
+            scale = native_small.f32(mean) if math.isfinite(mean) else math.inf
+            if math.isfinite(scale):
+                return (bits, float32s(scale)), (tensor.shape, torch.float32, None)
+        return super().compress(tensor, key)
+
+    def decompress(self, payload, ctx):
+        # Speed: the payload the declared format accepts (ceil(n / 8) sign bytes, one finite
+        # scale >= 0) is recognised inline and expanded in one C call; anything else goes
+        # through the full check, which names what is wrong
+        shape, dtype, _ = ctx
+        n = shape.numel()
+        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 2:
+            bits, scale = payload
+            if bits.__class__ is torch.Tensor and scale.__class__ is torch.Tensor \
+                    and bits.dtype is torch.uint8 and scale.dtype is torch.float32 \
+                    and bits.numel() == (n + 7) // 8 and scale.numel() == 1 \
+                    and bits.is_contiguous() and scale.is_cpu and native_small.enabled(bits):
+                s = scale.item()
+                if math.isfinite(s) and s >= 0:
+                    out = native_small.expand_pair(bits, n, -s, s)
+                    return out if len(shape) == 1 else out.view(shape)
+        return super().decompress(payload, ctx)
+
+    def feedback_step(self, tensor, residual):
+        """Error feedback's step in one C call (:class:`~lab.compress.ErrorFeedback`): ``p =
+        tensor + residual`` (a copy of tensor where residual is None), its payload, and the new
+        residual ``p - decompress(payload)`` written over the old one in place (a new buffer on
+        the first call), with the values of the general route. None where it does not apply
+        (another dtype or device, NaN/Inf, overflow), with nothing changed."""
+        n = tensor.numel() if native_small.plain(tensor) else 0
+        # in place, the residual must never be half written: the kernel checks tensor +
+        # residual finite first, and then mean |p| <= max |p| rounds to a finite scale while
+        # its float64 sum errs by less than n 2^-53 < 2^-24 (n < 2^29)
+        if not 0 < n < 2 ** 29:
+            return None
+        vector = tensor.dim() == 1
+        if residual is not None and not (residual.dim() == 1 and residual.numel() == n
+                                         if vector else residual.shape == tensor.shape):
+            residual = None  # another shape: error feedback starts afresh, as it does below
+        if residual is not None and not native_small.same(residual, tensor):
+            return None
+        p = residual
+        if p is None:
+            p = native_small.FLOATS.new_empty(n)
+            p = p if vector else p.view(tensor.shape)
+        bits = native_small.BYTES.new_empty((n + 7) // 8)
+        scale = native_small.FLOATS.new_empty(1)
+        mean = native_small.K.lab_ef_scaled_sign(
+            tensor.data_ptr(), None if residual is None else p.data_ptr(), n, p.data_ptr(),
+            bits.data_ptr(), scale.data_ptr())
+        if not (math.isfinite(mean) and math.isfinite(native_small.f32(mean))):
+            return None  # the general route raises (NaN/Inf in tensor + residual, overflow)
+        return (bits, scale), (tensor.shape, torch.float32, None), p
 
     def encode(self, flat, key):
         n = flat.numel()

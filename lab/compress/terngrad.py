@@ -19,13 +19,16 @@ lives in the ``terngrad_shared`` aggregator. Wire: codes {0: 0, 1: +1, 2: -1} at
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
-from . import native
-from .base import Compressor, Part, WireFormat, check_finite, register, round_stochastic
+from . import native, native_small
+from .base import (Compressor, Part, WireFormat, check_finite, float32s, register,
+                   round_stochastic)
 from .fused import fused
 from .packing import expand_codes, pack_uint
-from .qsgd import ratios, sums_of_squares
+from .qsgd import _BLOCK, ratios, sums_of_squares
 from .sign import negative
 
 
@@ -42,6 +45,30 @@ def std(x: torch.Tensor) -> torch.Tensor:
         # a constant tensor's two-pass std is rounding noise (~1e-8 |mean|), not a spread
         return torch.where(sigma <= 1e-6 * mean.abs(), torch.zeros_like(sigma), sigma)
     return (rms.double() ** 2 - mean.double() ** 2).sqrt().float()
+
+
+def std_from_sums(x: torch.Tensor, rows: torch.Tensor) -> float:
+    """``float(std(x))`` for 1-D float32 ``x`` of fewer than 65536 values, given ``rows``, a
+    float32 tensor of ``[x; x * x]`` (2, n) or of ``x * x`` (1, n) (a C pass,
+    ``lab_absmax_squares``), in three or four torch ops instead of about twenty-five. The sums
+    are torch's: with two rows one op sums each row as ``x.sum()`` sums x (torch's
+    ``vectorized_inner_sum`` runs the same ``row_sum`` per row, serially below 32768 values in
+    all), else two ops. The square root of the float32 mean square is torch's too (MKL's, not
+    correctly rounded: Python's would differ in the last bit now and then); the divisions,
+    products and the compare are Python floats rounded as :func:`std` rounds them (correctly
+    rounded either way), the float64 root as :func:`~lab.compress.native_small.sqrt64_to_32`
+    takes it; the tests compare. The cancellation case goes to std itself."""
+    n = x.numel()
+    if rows.shape[0] == 2 and 2 * n < 32768:
+        total, squares = rows.sum(dim=1).tolist()
+    else:
+        total = x.sum().item()
+        squares = (rows if rows.shape[0] == 1 else rows[1:]).sum(dim=1).item()
+    mean = native_small.f32(total / n)
+    rms = native_small.sqrt32(native_small.f32(squares / n))
+    if not abs(mean) <= native_small.f32(native_small.f32(0.1) * rms):
+        return float(std(x))
+    return native_small.sqrt64_to_32(rms * rms - mean * mean)
 
 
 def clip_bound(x: torch.Tensor, c: float | None) -> float | None:
@@ -115,7 +142,68 @@ class TernGrad(Compressor):
         self.clip = check_clip(clip)
         super().__init__(seed=seed)
 
+    def compress(self, tensor, key=None):
+        # Speed (issue 31 item 4): a contiguous float32 CPU vector goes to the C path of
+        # :meth:`_encode_small` without the base class's checks
+        n = tensor.numel() if native_small.plain(tensor) and tensor.dim() == 1 else 0
+        payload = self._encode_small(tensor, n) if n else None
+        if payload is not None:
+            return payload, (tensor.shape, torch.float32, None)
+        return super().compress(tensor, key)
+
+    def _encode_small(self, x, n: int):
+        """:meth:`encode`'s payload for a plain 1-D float32 ``x`` of ``n`` > 0 values: max |x|
+        and the squares in one C pass, torch's sums for sigma (:func:`std_from_sums`; std
+        itself from 65536 values), the codes drawn and packed in one C pass with the
+        generator as :func:`ternarize` draws. None (nothing drawn) for the general route:
+        NaN/Inf (it raises), an all-zero x (torch's max may keep a -0.0 scale there)."""
+        clip = self.clip is not None and n >= 2
+        # rows [x; x * x] (one torch op sums both) below 16384 values, [x * x] up to 65535
+        both = 2 * n < 32768
+        rows = native_small.scratch(2 if both else 1, n) if clip and n < _BLOCK else None
+        copy = squares = None
+        if rows is not None:
+            copy = rows.data_ptr() if both else None
+            squares = rows.data_ptr() + 4 * n if both else rows.data_ptr()  # the last row
+        top = native_small.K.lab_absmax_squares(x.data_ptr(), n, copy, squares)
+        if not (math.isfinite(top) and top > 0):
+            return None
+        s = top
+        if clip:
+            sigma = float(std(x)) if rows is None else std_from_sums(x, rows)
+            bound = native_small.f32(self.clip * sigma) if sigma > 0 else math.inf
+            s = bound if bound < s else s  # torch compares the bound in float32, keeps it so
+        if s == 0.0:  # a bound below float32's range
+            return float32s(s), torch.zeros((n + 3) // 4, dtype=torch.uint8)
+        codes = native_small.BYTES.new_empty((n + 3) // 4)
+        native_small.K.lab_ternary_codes(x.data_ptr(), n, s, native_small.key(self.generator),
+                                         codes.data_ptr())
+        return float32s(s), codes
+
+    def decompress(self, payload, ctx):
+        # Speed: the payload the declared format accepts (a finite scale >= 0, ceil(n / 4) code
+        # bytes) decoded in one C call; anything else goes through the full check, which names
+        # what is wrong
+        shape, dtype, _ = ctx
+        n = shape.numel()
+        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 2:
+            s, codes = payload
+            if s.__class__ is torch.Tensor and codes.__class__ is torch.Tensor \
+                    and s.dtype is torch.float32 and codes.dtype is torch.uint8 \
+                    and s.numel() == 1 and codes.numel() == (n + 3) // 4 and s.is_cpu \
+                    and codes.is_contiguous() and native_small.enabled(codes):
+                v = s.item()
+                if math.isfinite(v) and v >= 0:
+                    out = native_small.FLOATS.new_empty(n)
+                    native_small.K.lab_expand_ternary(codes.data_ptr(), n, v, out.data_ptr())
+                    return out if len(shape) == 1 else out.view(shape)
+        return super().decompress(payload, ctx)
+
     def encode(self, flat, key):
+        if native_small.plain(flat) and flat.numel():
+            payload = self._encode_small(flat, flat.numel())
+            if payload is not None:
+                return payload, None
         x = flat.float()
         s = x.new_zeros(())
         if x.numel():

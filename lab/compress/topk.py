@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from . import native
+from . import native, native_small
 from .base import Compressor, Part, WireFormat, check_finite, register
 from .packing import index_dtype
 from .wire import min_max, range_error
@@ -150,11 +150,18 @@ class SparseCodec(Compressor):
 
     def decode(self, payload, ctx, numel, dtype):
         """Scatter the values into zeros; every index is checked against ``0..n - 1`` first
-        (on the CPU, in the C scatter's own pass: :func:`~lab.compress.native.scatter`)."""
+        (on the CPU, in the C scatter's own pass: ``lab_scatter_into``, which zeroes the
+        output too, else :func:`~lab.compress.native.scatter`)."""
         values, idx = payload[0], payload[1]
         if (dtype is torch.float32 and values.dtype is torch.float32 and idx.dtype is torch.int32
-                and native.enabled(values) and values.is_contiguous() and idx.is_contiguous()):
-            out = native.scatter(values, idx, numel)
+                and values.is_contiguous() and idx.is_contiguous() and native.enabled(values)):
+            if native_small.enabled(values) and values.numel() == idx.numel():
+                out = native_small.FLOATS.new_empty(numel)  # zeroed and scattered: one C call
+                if not native_small.K.lab_scatter_into(values.data_ptr(), idx.data_ptr(), 0,
+                                                       idx.numel(), numel, out.data_ptr()):
+                    return out
+                raise range_error(self.name, RAGGED.parts[1], numel, idx)
+            out = native.scatter(values, idx, numel)  # torch.zeros, then one C pass
             if out is None:
                 raise range_error(self.name, RAGGED.parts[1], numel, idx)
             return out
@@ -184,10 +191,33 @@ class TopK(SparseCodec):
         self.density, self.k = density, k
         super().__init__(seed=seed)
 
+    def compress(self, tensor, key=None):
+        # Speed (issue 31 item 4): a contiguous float32 CPU vector goes to the C selection of
+        # :meth:`_encode_small` without the base class's checks
+        if native_small.plain(tensor) and tensor.dim() == 1:
+            payload = self._encode_small(tensor)
+            if payload is not None:
+                return payload, (tensor.shape, torch.float32, None)
+        return super().compress(tensor, key)
+
+    def _encode_small(self, flat):
+        """The plain route's payload (below) for a plain 1-D float32 ``flat`` in one C pass,
+        in torch.topk's order, where torch sorts (64 k <= n) and its order is unique; None
+        otherwise (another k, NaN/Inf, a tie among the k + 1 largest |x|)."""
+        n = flat.numel()
+        k = resolve_k(n, self.density, self.k)
+        if 0 < 64 * k <= n < SAMPLED_MIN_N and native_small.topk_exact():
+            return native_small.topk(flat, k)
+        return None
+
     def encode(self, flat, key):
         n = flat.numel()
         k = resolve_k(n, self.density, self.k)
         if 0 < k < n and n < SAMPLED_MIN_N and flat.is_cpu:  # topk_indices' plain route
+            if native_small.plain(flat):
+                payload = self._encode_small(flat)  # torch.topk's order, one C pass
+                if payload is not None:  # else NaN/Inf (raised below), a tie, a larger k
+                    return payload, None
             top = torch.topk(flat.abs(), k, sorted=False)
             if not math.isfinite(top.values.max().item()):  # max propagates NaN
                 check_finite(flat, self.name)  # raises: NaN or Inf in the input

@@ -25,9 +25,13 @@ from .topk import (SparseCodec, candidates_topk, check_density, resolve_k, sampl
                    sparse_payload, topk_indices)
 
 
+#: the default least sample; a tensor of at most this many values gets the exact Top-k
+MIN_SAMPLE = 1000
+
+
 def sampled_topk_indices(x: torch.Tensor, k: int, generator: torch.Generator,
                          sample: float = 0.01, overshoot: float = 2.0,
-                         min_sample: int = 1000) -> torch.Tensor:
+                         min_sample: int = MIN_SAMPLE) -> torch.Tensor:
     """At most ``k`` indices, almost always those of the exact top-k of ``|x|``."""
     n = x.numel()
     if k >= n or n <= min_sample:  # small tensors: the exact answer is as cheap
