@@ -298,6 +298,17 @@ int32_t lab_cast(const float *restrict x, int64_t n, int32_t mode, void *restric
         const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
         __m256 any0 = _mm256_setzero_ps(), any1 = _mm256_setzero_ps();
         int64_t i = 0;
+#ifdef __AVX512F__
+        /* where the CPU has it, sixteen values per instruction first (torch's own cast does) */
+        const __m512 limit16 = _mm512_set1_ps(65520.0f);
+        __mmask16 any16 = 0;
+        for (; i + 16 <= n; i += 16) {
+            __m512 a = _mm512_loadu_ps(x + i);
+            _mm256_storeu_si256((__m256i *)(o + i), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+            any16 |= _mm512_cmp_ps_mask(_mm512_abs_ps(a), limit16, _CMP_NLT_UQ);
+        }
+        bad |= any16 != 0;
+#endif
         for (; i + 16 <= n; i += 16) {
             __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
             _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
