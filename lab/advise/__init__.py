@@ -22,7 +22,7 @@ __all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "converge
 def curves_for(model: str, methods=None, target: float | None = None, probe: bool = True,
                use_cache: bool = True) -> dict | None:
     """The curves the advisor reads ``model``'s penalties from: ``None`` for the stored ones
-    (:func:`~lab.advise.estimate.convergence`), else, with ``probe``, curves measured on two
+    (:func:`~lab.advise.convergence`), else, with ``probe``, curves measured on two
     local ranks and cached (:func:`lab.advise.curves.probed`); without ``probe``, ``None``
     (the penalties are borrowed from the stored models)."""
     if convergence(model).get("curves") or not probe:

@@ -23,7 +23,7 @@ PROBE_WORLD, PROBE_STEPS, PROBE_EVERY = 2, 120, 5
 def measure_curves(methods: list[Method], model: str, world: int, steps: int,
                    eval_every: int) -> dict:
     """``{method: [[step, accuracy], ...]}`` of one launch of ``world`` ranks training each of
-    ``methods`` on ``model`` from :func:`~lab.advise.methods.base_config`, evaluated every
+    ``methods`` on ``model`` from ``lab.advise.methods.base_config``, evaluated every
     ``eval_every`` steps."""
     from ..train import train_many
     hists = train_many([m.config(base_config(model, steps, eval_every)) for m in methods], world,
@@ -34,8 +34,8 @@ def measure_curves(methods: list[Method], model: str, world: int, steps: int,
 
 def probed(model: str, methods: list[Method] | None = None, target: float | None = None,
            use_cache: bool = True) -> dict:
-    """The curves of ``methods`` (default: all) on ``model`` measured at :data:`PROBE_WORLD`
-    ranks for :data:`PROBE_STEPS` steps, in the form :func:`lab.advise.estimate.convergence`
+    """The curves of ``methods`` (default: all) on ``model`` measured at ``PROBE_WORLD``
+    ranks for ``PROBE_STEPS`` steps, in the form :func:`lab.advise.convergence`
     returns (``target``, ``settings``, ``curves``). Cached per machine, model and method
     settings; measured only for the methods missing from the cache."""
     target = TARGETS.get(model) if target is None else target

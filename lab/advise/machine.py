@@ -1,6 +1,6 @@
 """What this machine adds to every method's step, pooled over the profiled methods.
 
-Two parts of a :class:`~lab.advise.profile.StepProfile` belong to the machine and the model,
+Two parts of a :class:`~lab.advise.StepProfile` belong to the machine and the model,
 not to the method:
 
 - **forward + backward.** Every method that exchanges after backward (all but P3, whose hooks
