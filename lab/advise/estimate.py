@@ -64,7 +64,7 @@ def ps_step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float,
     parameter server (Li et al., OSDI 2014, sec. 3; ASP as Downpour SGD, Dean et al., NeurIPS
     2012). The server receives each push and sends each pull one after another, so its link
     carries the step's ``p - 1`` pushes and pulls in series: the price of the profile's
-    traffic (:func:`lab.sync.server.link_traffic`, scaled to ``p - 1`` workers) plus the
+    traffic (``lab.sync.server.link_traffic``, scaled to ``p - 1`` workers) plus the
     server's updates is a lower bound that grows with the workers. A worker does not wait for
     the others, only for its own push, update and pull, so one gradient each is at least its
     compute plus its share ``1/(p-1)`` of that; the step is the larger bound, and never less
