@@ -165,7 +165,7 @@ def test_bad_arguments_are_refused_before_launch():
         TrainConfig(schedule="p4")
     for kw, match in (({"slice_size": 0}, "slice_size"), ({"slice_size": 2.5}, "slice_size"),
                       ({"slice": 10}, "schedule_kw"), ({"in_flight": 0}, "in_flight"),
-                      ({"in_flight": True}, "in_flight")):
+                      ({"in_flight": True}, "in_flight"), ({"calls": "many"}, "calls")):
         with pytest.raises(ValueError, match=match):
             train(TrainConfig(schedule="p3", schedule_kw=kw), workers=2)
     with pytest.raises(ValueError, match="schedule_kw"):
@@ -180,6 +180,22 @@ def test_train_records_the_overlap_split_and_a_timeline():
     assert len(h.series["overlapped_comm_s"]) == h.steps
     assert any(ev[0] == "comm" for ev in h.series["events"][0] + h.series["events"][1])
     assert all(c >= 0 for c in h.comm_s)
+
+
+def test_an_emulated_link_takes_one_real_call_per_step_a_real_one_follows_the_plan():
+    # same messages on the link, same model; only how the real bytes travel differs
+    kw = {"slice_size": 1500}
+    runs = {"auto, link": _cfg("p3", network="1Gbps", schedule_kw=kw),
+            "plan, link": _cfg("p3", network="1Gbps", schedule_kw={**kw, "calls": "plan"}),
+            "auto, loopback": _cfg("p3", schedule_kw=kw),
+            "step, loopback": _cfg("p3", schedule_kw={**kw, "calls": "step"})}
+    hs = dict(zip(runs, loop.train_many(list(runs.values()), 2, progress=False)))
+    calls = {k: h.series["calls"][-1] for k, h in hs.items()}
+    msgs = {k: h.series["messages"][-1] for k, h in hs.items()}
+    assert calls["auto, link"] == calls["step, loopback"] == 1
+    assert calls["plan, link"] > 1 and calls["auto, loopback"] > 1
+    assert all(msgs[k] > 1 for k in msgs)              # the link still sees every message
+    assert len({h.loss[-1] for h in hs.values()}) == 1                   # 2 ranks: bitwise
 
 
 def test_layer_times_reads_forward_and_ready_offsets_from_a_timeline():

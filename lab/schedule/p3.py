@@ -22,4 +22,4 @@ class P3(Overlap):
     name = "p3"
     slice_size = P3_SLICE_SIZE
     priority = True
-    options = ("slice_size", "in_flight", "timeline", "coalesce")
+    options = ("slice_size", "in_flight", "timeline", "coalesce", "calls")
