@@ -130,7 +130,9 @@ def test_a_heldout_merge_predicts_every_method_again(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, msg", [(["--merge"], "--methods"),
                                        (["--merge", "--methods", "fp32", "--steps", "9"],
                                         "differs"),
-                                       (["--methods", "zip"], "unknown")])
+                                       (["--methods", "zip"], "unknown"),
+                                       (["--merge", "--methods", "fp32", "--repeats", "2"],
+                                        "--repeats only")])
 def test_merge_names_bad_arguments(argv, msg, capsys, tmp_path):
     _stored_timed(tmp_path / "grid.json")
     with pytest.raises(SystemExit):

@@ -58,8 +58,9 @@ METHODS = {m.name: m for m in (
            "SketchSGD, count sketch then second round (Ivkin et al. 2019)"),
     Method("local-sgd", "averaging", dict(averaging="local", averaging_kw={"period": 8}, **SGD),
            "local SGD, parameters averaged every 8 steps"),
-    Method("p3", "scheduling", dict(schedule="p3", **SGD),
-           "P3: fp32 gradients sliced and sent by priority, overlapped with backward"),
+    Method("p3", "scheduling", dict(schedule="p3", schedule_kw={"calls": "step"}, **SGD),
+           "P3: fp32 gradients sliced and sent by priority, overlapped with backward; one real "
+           "call a step, so that its profile (no link) moves bytes as its runs on a link do"),
     Method("async-ps", "asynchronous", dict(sync="asp", **SGD),
            "asynchronous parameter server (Downpour SGD, Dean et al. 2012): rank 0 serves, the "
            "other w-1 ranks push gradients and pull parameters without waiting for each other "

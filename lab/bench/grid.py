@@ -271,8 +271,9 @@ def main(argv=None) -> int:
         ap.error("--steps must be >= 2, --eval-every and --repeats >= 1")
     if any(m not in TARGETS or w < 2 for m, w, _ in a.configs or []):
         ap.error(f"--configs: models must be in {sorted(TARGETS)}, worlds >= 2, got {a.configs}")
-    if a.merge and (a.quick or a.repeats > 1):
-        ap.error("--merge measures as the stored file did: no --quick or --repeats")
+    if a.merge and (a.quick or (a.repeats > 1 and a.part != "heldout")):
+        ap.error("--merge measures as the stored file did: no --quick, and --repeats only as "
+                 "the held-out file's")
     if a.methods:
         from ..advise.methods import METHODS
         if unknown := [m for m in a.methods if m not in METHODS]:
@@ -327,6 +328,10 @@ def main(argv=None) -> int:
                    "eval_every": old["eval_every"]}
             stored = {(c["model"], c["world"], c["link"]): c for c in old["configs"]}
             configs = a.configs or list(stored)
+            if a.repeats > 1 and a.repeats != old.get("repeats", 1):
+                ap.error(f"--merge: --repeats {a.repeats} differs from {old.get('repeats', 1)} "
+                         f"in {a.out_heldout}")
+            a.repeats = old.get("repeats", 1)   # the merged rows as the stored ones
 
         def flush_heldout(results):
             _write(a.out_heldout, dict(doc, partial=True, summary=summary(results),
