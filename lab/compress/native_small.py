@@ -77,6 +77,21 @@ def general():
         _off = before
 
 
+def parts(payload, *spec) -> tuple | None:
+    """``payload``'s tensors where it is a tuple of ``len(spec)`` contiguous CPU tensors that
+    the kernels take, part ``i`` of dtype ``spec[i][0]`` and, unless ``spec[i][1]`` is None,
+    with ``spec[i][1]`` values: the declared format a decoder's small-tensor path recognises
+    inline; else None (the full check then names what is wrong)."""
+    if payload.__class__ is not tuple or len(payload) != len(spec):
+        return None
+    for t, (dtype, numel) in zip(payload, spec):
+        if t.__class__ is not _TENSOR or t.dtype is not dtype or \
+                (numel is not None and t.numel() != numel) or not t.is_contiguous() or \
+                not enabled(t):
+            return None
+    return payload
+
+
 def same(t, x: torch.Tensor) -> bool:
     """Whether ``t`` (a codec's own state buffer) is, like plain ``x``, a contiguous float32
     CPU tensor of as many values: :func:`plain` without the checks ``x`` passed already."""

@@ -207,17 +207,13 @@ class QSGD(Compressor):
         shape, dtype, _ = ctx
         n = shape.numel()
         bucket = self._bucket(n)
-        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 3 \
-                and self.bits in (1, 2, 4, 8) and (bucket % 8 == 0 or n <= bucket) and n \
-                and type(self).decode is QSGD.decode:
-            norms, signs, levels = payload
-            if norms.__class__ is torch.Tensor and signs.__class__ is torch.Tensor \
-                    and levels.__class__ is torch.Tensor and norms.dtype is torch.float32 \
-                    and signs.dtype is torch.uint8 and levels.dtype is torch.uint8 \
-                    and norms.numel() == -(-n // bucket) and signs.numel() == (n + 7) // 8 \
-                    and levels.numel() == (n * self.bits + 7) // 8 and norms.is_contiguous() \
-                    and signs.is_contiguous() and levels.is_contiguous() \
-                    and native_small.enabled(levels) and norms.is_cpu:
+        if dtype is torch.float32 and self.bits in (1, 2, 4, 8) \
+                and (bucket % 8 == 0 or n <= bucket) and n and type(self).decode is QSGD.decode:
+            got = native_small.parts(payload, (torch.float32, -(-n // bucket)),
+                                     (torch.uint8, (n + 7) // 8),
+                                     (torch.uint8, (n * self.bits + 7) // 8))
+            if got is not None:
+                norms, signs, levels = got
                 out = native_small.FLOATS.new_empty(n)
                 if not native_small.K.lab_dequantize_checked(  # norms finite, >= 0
                         levels.data_ptr(), self.bits, signs.data_ptr(), n, bucket,

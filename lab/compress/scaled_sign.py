@@ -54,16 +54,13 @@ class ScaledSign(Compressor):
         # through the full check, which names what is wrong
         shape, dtype, _ = ctx
         n = shape.numel()
-        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 2:
-            bits, scale = payload
-            if bits.__class__ is torch.Tensor and scale.__class__ is torch.Tensor \
-                    and bits.dtype is torch.uint8 and scale.dtype is torch.float32 \
-                    and bits.numel() == (n + 7) // 8 and scale.numel() == 1 \
-                    and bits.is_contiguous() and scale.is_cpu and native_small.enabled(bits):
-                s = scale.item()
-                if math.isfinite(s) and s >= 0:
-                    out = native_small.expand_pair(bits, n, -s, s)
-                    return out if len(shape) == 1 else out.view(shape)
+        got = native_small.parts(payload, (torch.uint8, (n + 7) // 8), (torch.float32, 1))
+        if dtype is torch.float32 and got is not None:
+            bits, scale = got
+            s = scale.item()
+            if math.isfinite(s) and s >= 0:
+                out = native_small.expand_pair(bits, n, -s, s)
+                return out if len(shape) == 1 else out.view(shape)
         return super().decompress(payload, ctx)
 
     def feedback_step(self, tensor, residual):

@@ -101,12 +101,10 @@ class Sign(Compressor):
         # is recognised inline and expanded in one C call; anything else goes through the
         # full check, which names what is wrong
         shape, dtype, _ = ctx
-        bits = payload[0] if payload.__class__ is tuple and len(payload) == 1 else None
         n = shape.numel()
-        if dtype is torch.float32 and bits.__class__ is torch.Tensor \
-                and bits.dtype is torch.uint8 and bits.numel() == (n + 7) // 8 \
-                and bits.is_contiguous() and native_small.enabled(bits):
-            out = native_small.expand_pair(bits, n, -1.0, 1.0)
+        got = native_small.parts(payload, (torch.uint8, (n + 7) // 8))
+        if dtype is torch.float32 and got is not None:
+            out = native_small.expand_pair(got[0], n, -1.0, 1.0)
             return out if len(shape) == 1 else out.view(shape)
         return super().decompress(payload, ctx)
 

@@ -186,17 +186,14 @@ class TernGrad(Compressor):
         # what is wrong
         shape, dtype, _ = ctx
         n = shape.numel()
-        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 2:
-            s, codes = payload
-            if s.__class__ is torch.Tensor and codes.__class__ is torch.Tensor \
-                    and s.dtype is torch.float32 and codes.dtype is torch.uint8 \
-                    and s.numel() == 1 and codes.numel() == (n + 3) // 4 and s.is_cpu \
-                    and codes.is_contiguous() and native_small.enabled(codes):
-                v = s.item()
-                if math.isfinite(v) and v >= 0:
-                    out = native_small.FLOATS.new_empty(n)
-                    native_small.K.lab_expand_ternary(codes.data_ptr(), n, v, out.data_ptr())
-                    return out if len(shape) == 1 else out.view(shape)
+        got = native_small.parts(payload, (torch.float32, 1), (torch.uint8, (n + 3) // 4))
+        if dtype is torch.float32 and got is not None:
+            s, codes = got
+            v = s.item()
+            if math.isfinite(v) and v >= 0:
+                out = native_small.FLOATS.new_empty(n)
+                native_small.K.lab_expand_ternary(codes.data_ptr(), n, v, out.data_ptr())
+                return out if len(shape) == 1 else out.view(shape)
         return super().decompress(payload, ctx)
 
     def encode(self, flat, key):

@@ -58,14 +58,11 @@ class Threshold(Compressor):
         # call; anything else goes through the full check, which names what is wrong
         shape, dtype, _ = ctx
         n = shape.numel()
-        if dtype is torch.float32 and payload.__class__ is tuple and len(payload) == 2 \
-                and n < 2 ** 31:
-            idx, signs = payload
-            c = idx.numel() if idx.__class__ is torch.Tensor else -1
-            if 0 <= c <= n and signs.__class__ is torch.Tensor and idx.dtype is torch.int32 \
-                    and signs.dtype is torch.uint8 and signs.numel() == (c + 7) // 8 \
-                    and idx.is_contiguous() and signs.is_contiguous() and signs.is_cpu \
-                    and native_small.enabled(idx):
+        got = native_small.parts(payload, (torch.int32, None), (torch.uint8, None))
+        if dtype is torch.float32 and got is not None and n < 2 ** 31:
+            idx, signs = got
+            c = idx.numel()
+            if c <= n and signs.numel() == (c + 7) // 8:
                 out = native_small.FLOATS.new_empty(n)
                 if native_small.K.lab_scatter_signs(idx.data_ptr(), signs.data_ptr(), c, n,
                                                     self.tau, out.data_ptr()):
