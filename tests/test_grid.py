@@ -138,3 +138,13 @@ def test_merge_names_bad_arguments(argv, msg, capsys, tmp_path):
     with pytest.raises(SystemExit):
         grid.main(["--part", "timed", "--out-timed", str(tmp_path / "grid.json"), *argv])
     assert msg in capsys.readouterr().err
+
+
+def test_describe_names_the_command_machine_and_every_merge():
+    meta = {"command": "python -m lab bench grid --part timed", "machine": "m1", "torch": "2.13",
+            "date": "2026-11-25", "merges": [{"command": "python -m lab bench grid --merge",
+                                              "machine": "m2", "date": "2026-11-26"}]}
+    assert grid.describe(meta).splitlines() == [
+        "produced by: python -m lab bench grid --part timed", "on m1, torch 2.13, 2026-11-25",
+        "merged: python -m lab bench grid --merge (on m2, 2026-11-26)"]
+    assert len(grid.describe({**meta, "merges": []}).splitlines()) == 2

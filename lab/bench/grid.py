@@ -68,6 +68,16 @@ def provenance(argv) -> dict:
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 
 
+def describe(meta: dict) -> str:
+    """A stored file's provenance as a reader sees it: the command, machine, torch and date
+    that produced it, then each ``--merge`` into it."""
+    lines = [f"produced by: {meta['command']}",
+             f"on {meta['machine']}, torch {meta['torch']}, {meta['date']}"]
+    lines += [f"merged: {m['command']} (on {m['machine']}, {m['date']})"
+              for m in meta.get("merges", [])]
+    return "\n".join(lines)
+
+
 def settings(model: str, methods=None) -> dict:
     """Each method's TrainConfig as the grid ran it (the advisor uses a curve only for the same
     settings)."""
