@@ -206,5 +206,6 @@ def test_a_model_without_stored_curves_is_probed_once_and_cached(tmp_path, monke
     assert curves_for("linear", chosen) == conv                      # from the cache
     assert curves_for("mlp", chosen) is None                         # stored curves
     assert curves_for("linear", chosen, probe=False) is None         # borrow instead
+    assert curves_for("vgg", chosen) is None                         # no target known: borrow
     with pytest.raises(ValueError, match="target"):
-        curves_for("vgg", chosen)                                    # no default target
+        curves.probed("vgg", chosen)

@@ -22,10 +22,12 @@ __all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "converge
 def curves_for(model: str, methods=None, target: float | None = None, probe: bool = True,
                use_cache: bool = True) -> dict | None:
     """The curves the advisor reads ``model``'s penalties from: ``None`` for the stored ones
-    (:func:`~lab.advise.convergence`), else, with ``probe``, curves measured on two
-    local ranks and cached (:func:`lab.advise.curves.probed`); without ``probe``, ``None``
-    (the penalties are borrowed from the stored models)."""
-    if convergence(model).get("curves") or not probe:
+    (:func:`~lab.advise.convergence`), else, with ``probe`` and a target accuracy (``target``
+    or the model's default), curves measured on two local ranks and cached
+    (:func:`lab.advise.curves.probed`); otherwise ``None``: the penalties are borrowed from the
+    stored models."""
+    from .methods import TARGETS
+    if convergence(model).get("curves") or not probe or (target is None and model not in TARGETS):
         return None
     from .curves import probed
     return probed(model, methods, target, use_cache)
@@ -45,7 +47,8 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     accuracy (default: the one the model's convergence curves were measured for). Profiles are measured on
     ``workers`` local ranks for ``steps`` steps once and cached. A model without stored curves
     has them measured once on two local ranks (``probe``, :func:`curves_for`; about half a
-    minute, cached), or, with ``probe=False`` or ``params``, borrows the stored models' penalties.
+    minute, cached), or, with ``probe=False``, ``params``, or no target accuracy known for it
+    (give ``target``), borrows the stored models' penalties.
     """
     link = Network.parse(network)
     if link is None:
