@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..registry import Registry
+from . import native_small
 from .wire import Part, PayloadError, WireFormat
 
 #: A payload is a ``tuple[torch.Tensor, ...]``: exactly what crosses the wire, already packed.
@@ -229,7 +230,12 @@ class Compressor:
     def compress(self, tensor: torch.Tensor, key: Any = None) -> tuple[Payload, Any]:
         """``(payload, ctx)`` for ``tensor`` (any shape): the payload is what crosses the wire,
         ``ctx`` stays on this rank. ``key`` names the tensor for per-tensor state and
-        generators. Flattens and calls ``encode``."""
+        generators. Flattens and calls ``encode``; a contiguous float32 CPU tensor goes to
+        :meth:`~lab.compress.Compressor.encode_plain` first."""
+        picked = self.encode_plain(tensor, key) if native_small.plain(tensor) else None
+        if picked is not None:
+            payload, inner = picked
+            return payload, (tensor.shape, torch.float32, inner)
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{self.name}: tensor must be a torch.Tensor, got {type(tensor).__name__}")
         if not tensor.is_floating_point():
@@ -248,12 +254,31 @@ class Compressor:
         decode to; a payload that does not match ``wire`` raises
         :class:`~lab.compress.wire.PayloadError`."""
         shape, dtype, inner = ctx
+        out = self.decode_plain(payload, shape.numel()) \
+            if dtype is torch.float32 and inner is None else None
+        if out is not None:
+            return out if len(shape) == 1 else out.view(shape)
         if self.wire is None:
             raise NotImplementedError(f"{self.name}: the codec declares no wire format")
         numel = shape.numel()
         payload = self.wire.check(self, payload, numel, dtype, inner, self.decode_checks)
         out = self.decode(payload, inner, numel, dtype)
         return out if len(shape) == 1 and out.dim() == 1 else out.reshape(shape)
+
+    def encode_plain(self, x: torch.Tensor, key: Any):
+        """Speed (small tensors): ``encode``'s ``(payload, ctx)`` for ``x``, a contiguous
+        float32 CPU tensor of any shape (``native_small.plain``), in one or two C calls and
+        without ``compress``'s checks and flattening: the same bits as the general route. None,
+        with nothing drawn or changed, where the codec has no such path or it does not apply
+        (NaN/Inf included: the general route then raises). Default: None."""
+        return None
+
+    def decode_plain(self, payload: Payload, n: int) -> torch.Tensor | None:
+        """Speed: the 1-D float32 tensor of ``n`` values that ``payload`` decodes to, where it
+        has the declared format and the codec recognises and decodes it in one C call; None
+        otherwise, and ``decompress``'s full check names what is wrong. Asked for float32
+        tensors whose ctx holds nothing else. Default: None."""
+        return None
 
     def decompress_into(self, payload: Payload, ctx: Any, out: torch.Tensor) -> torch.Tensor:
         """:meth:`decompress` written into ``out`` (the original tensor's shape); returns

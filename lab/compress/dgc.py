@@ -80,12 +80,11 @@ class DGC(SparseCodec):
                 return max(self.density, 0.25 ** (stage + 1))
         return self.density
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU vector goes to encode's C path
-        # without the base class's checks and flattening (encode refuses NaN/Inf itself)
-        if native_small.plain(tensor) and tensor.dim() == 1 and not tensor.requires_grad:
-            return self._encode(tensor, key, True)[0], (tensor.shape, tensor.dtype, None)
-        return super().compress(tensor, key)
+    def encode_plain(self, x, key):
+        # encode's C path (it refuses NaN/Inf itself)
+        if x.dim() != 1 or x.requires_grad:
+            return None
+        return self._encode(x, key, True)
 
     def encode(self, flat, key):
         return self._encode(flat, key, native_small.plain(flat))

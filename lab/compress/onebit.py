@@ -103,13 +103,15 @@ class OneBit(Compressor):
             cols = _Columns(tensor.shape[0])
             payload, (_, dtype, _) = super().compress(tensor.t(), cols)
             return payload, (tensor.shape, dtype, cols)
-        # Speed (issue 31 item 4): a contiguous float32 CPU tensor in one bucket goes straight
-        # to the kernel, without the base class's checks and flattening
-        n = tensor.numel() if native_small.plain(tensor) else 0
-        payload = self._encode_small(tensor, n) if n and n <= (self.bucket_size or n) else None
-        if payload is not None:
-            return payload, (tensor.shape, torch.float32, None)
         return super().compress(tensor, key)
+
+    def encode_plain(self, x, key):
+        # a tensor in one bucket (not a column of per_column): one C call
+        n = x.numel()
+        if isinstance(key, _Columns) or not n or n > (self.bucket_size or n):
+            return None
+        payload = self._encode_small(x, n)
+        return None if payload is None else (payload, None)
 
     @staticmethod
     def _encode_small(x, n: int):
@@ -125,31 +127,20 @@ class OneBit(Compressor):
 
     def decompress(self, payload, ctx):
         shape, dtype, inner = ctx
-        out = self._decompress_small(payload, shape, dtype) if inner is None else None
-        if out is not None:
-            return out
         if isinstance(inner, _Columns):
             out = self.decode(self.check_payload(payload, ctx), inner, shape.numel(), dtype)
             return out.view(shape[1], shape[0]).t().contiguous()
         return super().decompress(payload, ctx)
 
-    def _decompress_small(self, payload, shape, dtype):
-        """Speed (issue 31 item 4): the one-bucket payload the declared format accepts
-        (ceil(n / 8) sign bytes, two finite means) decoded in one C call; None for anything
-        else, which goes through the full check (it names what is wrong) and :meth:`decode`."""
-        n = shape.numel()
-        if dtype is not torch.float32 or payload.__class__ is not tuple or len(payload) != 2 \
-                or not n or n > (self.bucket_size or n):
+    def decode_plain(self, payload, n):
+        # one bucket: ceil(n / 8) sign bytes and two finite means
+        if not n or n > (self.bucket_size or n):
             return None
-        bits, means = payload
-        if bits.__class__ is torch.Tensor and means.__class__ is torch.Tensor \
-                and bits.dtype is torch.uint8 and means.dtype is torch.float32 \
-                and bits.numel() == (n + 7) // 8 and means.numel() == 2 \
-                and bits.is_contiguous() and means.is_cpu and native_small.enabled(bits):
-            pos, neg = means.tolist()
+        got = native_small.parts(payload, (torch.uint8, (n + 7) // 8), (torch.float32, 2))
+        if got is not None:
+            pos, neg = got[1].tolist()
             if math.isfinite(pos) and math.isfinite(neg):
-                out = native_small.expand_pair(bits, n, neg, pos)
-                return out if len(shape) == 1 else out.view(shape)
+                return native_small.expand_pair(got[0], n, neg, pos)
         return None
 
     def wire_vars(self, numel, ctx, payload):

@@ -162,16 +162,13 @@ class QSGD(Compressor):
     def wire_vars(self, numel, ctx, payload):
         return {"buckets": -(-numel // self._bucket(numel))}
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU tensor goes to the fused kernel,
-        # without the base class's checks and flattening (see :meth:`_encode_small`); a
-        # subclass with a payload of its own (QSGD-Elias) keeps the general route
-        if type(self).encode is QSGD.encode and native_small.plain(tensor) \
-                and 0 < tensor.numel():
-            payload = self._encode_small(tensor)
-            if payload is not None:
-                return payload, (tensor.shape, torch.float32, None)
-        return super().compress(tensor, key)
+    def encode_plain(self, x, key):
+        # the fused kernel (:meth:`_encode_small`); a subclass with a payload of its own
+        # (QSGD-Elias) keeps the general route
+        if type(self).encode is not QSGD.encode or not x.numel():
+            return None
+        payload = self._encode_small(x)
+        return None if payload is None else (payload, None)
 
     def _encode_small(self, x):
         """:meth:`encode`'s payload for a plain float32 ``x``: one C pass checks that every
@@ -200,15 +197,12 @@ class QSGD(Compressor):
             native_small.key(self.generator), signs.data_ptr(), levels.data_ptr())
         return norms, signs, levels
 
-    def decompress(self, payload, ctx):
-        # Speed: the payload the declared format accepts (finite norms >= 0, one per bucket,
-        # ceil(n / 8) sign bytes, ceil(n bits / 8) level bytes) decoded in one C call; anything
-        # else goes through the full check, which names what is wrong
-        shape, dtype, _ = ctx
-        n = shape.numel()
+    def decode_plain(self, payload, n):
+        # finite norms >= 0, one per bucket, ceil(n / 8) sign bytes, ceil(n bits / 8) level
+        # bytes: one C call
         bucket = self._bucket(n)
-        if dtype is torch.float32 and self.bits in (1, 2, 4, 8) \
-                and (bucket % 8 == 0 or n <= bucket) and n and type(self).decode is QSGD.decode:
+        if self.bits in (1, 2, 4, 8) and (bucket % 8 == 0 or n <= bucket) and n \
+                and type(self).decode is QSGD.decode:
             got = native_small.parts(payload, (torch.float32, -(-n // bucket)),
                                      (torch.uint8, (n + 7) // 8),
                                      (torch.uint8, (n * self.bits + 7) // 8))
@@ -218,8 +212,8 @@ class QSGD(Compressor):
                 if not native_small.K.lab_dequantize_checked(  # norms finite, >= 0
                         levels.data_ptr(), self.bits, signs.data_ptr(), n, bucket,
                         norms.data_ptr(), self.s, out.data_ptr()):
-                    return out if len(shape) == 1 else out.view(shape)
-        return super().decompress(payload, ctx)
+                    return out
+        return None
 
     def encode(self, flat, key):
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),

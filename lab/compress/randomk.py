@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from . import native_small
-from .base import Compressor, Part, WireFormat, register
+from .base import Part, WireFormat, register
 from .topk import EXACT_K, RAGGED, SparseCodec, check_density, resolve_k, sparse_payload
 from .wire import range_error
 
@@ -88,16 +88,11 @@ class RandomK(SparseCodec):
             vals = vals * (n / k)
         return idx, vals
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU vector is checked, drawn from and
-        # gathered in one C call (:meth:`_select_small`) without the base class's checks and
-        # flattening; NaN/Inf take the general route, which raises before drawing
-        picked = self._select_small(tensor, True) if native_small.plain(tensor) \
-            and tensor.dim() == 1 else None
-        if picked is None:
-            return super().compress(tensor, key)
-        idx, vals, idx32 = picked
-        return (vals, idx32), (tensor.shape, torch.float32, None)
+    def encode_plain(self, x, key):
+        # checked, drawn from and gathered in one C call; NaN/Inf take the general route,
+        # which raises before drawing
+        picked = self._select_small(x, True) if x.dim() == 1 else None
+        return None if picked is None else ((picked[1], picked[2]), None)
 
     def encode(self, flat, key):
         idx, vals = self._select(flat)
@@ -117,14 +112,10 @@ class SharedRandomK(RandomK):
     allreduce_compatible = True
     wire = WireFormat(Part("values", "input", "k"), where=EXACT_K.where)
 
-    def compress(self, tensor, key=None):
-        # Speed: as :meth:`RandomK.compress`, the payload the values only
-        picked = self._select_small(tensor, False) if native_small.plain(tensor) \
-            and tensor.dim() == 1 else None
-        if picked is None:
-            return Compressor.compress(self, tensor, key)
-        idx, vals, _ = picked
-        return (vals,), (tensor.shape, torch.float32, idx)
+    def encode_plain(self, x, key):
+        # as RandomK's, the payload the values only; ctx: the indices
+        picked = self._select_small(x, False) if x.dim() == 1 else None
+        return None if picked is None else ((picked[1],), picked[0])
 
     def encode(self, flat, key):
         idx, vals = self._select(flat)

@@ -36,32 +36,26 @@ class ScaledSign(Compressor):
     wire = WireFormat(Part("signs", torch.uint8, "ceil(n / 8)"),
                       Part("scale", torch.float32, "1", "finite >= 0"))
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU tensor goes straight to the kernel,
-        # as encode's C path does; anything else, NaN/Inf and overflow take the general route
-        n = tensor.numel() if native_small.plain(tensor) else 0
+    def encode_plain(self, x, key):
+        # as encode's C path does; NaN/Inf and overflow take the general route
+        n = x.numel()
         if n:
             bits = native_small.BYTES.new_empty((n + 7) // 8)
-            mean = native_small.K.lab_sign_bits(tensor.data_ptr(), n, bits.data_ptr(), 1) / n
+            mean = native_small.K.lab_sign_bits(x.data_ptr(), n, bits.data_ptr(), 1) / n
             scale = native_small.f32(mean) if math.isfinite(mean) else math.inf
             if math.isfinite(scale):
-                return (bits, float32s(scale)), (tensor.shape, torch.float32, None)
-        return super().compress(tensor, key)
+                return (bits, float32s(scale)), None
+        return None
 
-    def decompress(self, payload, ctx):
-        # Speed: the payload the declared format accepts (ceil(n / 8) sign bytes, one finite
-        # scale >= 0) is recognised inline and expanded in one C call; anything else goes
-        # through the full check, which names what is wrong
-        shape, dtype, _ = ctx
-        n = shape.numel()
+    def decode_plain(self, payload, n):
+        # ceil(n / 8) sign bytes and one finite scale >= 0
         got = native_small.parts(payload, (torch.uint8, (n + 7) // 8), (torch.float32, 1))
-        if dtype is torch.float32 and got is not None:
+        if got is not None:
             bits, scale = got
             s = scale.item()
             if math.isfinite(s) and s >= 0:
-                out = native_small.expand_pair(bits, n, -s, s)
-                return out if len(shape) == 1 else out.view(shape)
-        return super().decompress(payload, ctx)
+                return native_small.expand_pair(bits, n, -s, s)
+        return None
 
     def feedback_step(self, tensor, residual):
         """Error feedback's step in one C call (:class:`~lab.compress.ErrorFeedback`): ``p =

@@ -84,29 +84,18 @@ class Sign(Compressor):
 
     checks_finite = True  # on the C path through sum |x| (NaN/Inf make it non-finite)
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4: < 10 us a call on small tensors): a contiguous float32 CPU
-        # tensor goes straight to the kernel (what encode's C path does, without the base
-        # class's checks and flattening); anything else, and NaN/Inf, takes the general route
-        n = tensor.numel() if native_small.plain(tensor) else 0
+    def encode_plain(self, x, key):
+        # what encode's C path does, sum |x| in the same pass (NaN/Inf: the general route)
+        n = x.numel()
         if n:
             bits = native_small.BYTES.new_empty((n + 7) // 8)
-            l1 = native_small.K.lab_sign_bits(tensor.data_ptr(), n, bits.data_ptr(), 1)
-            if math.isfinite(l1):
-                return (bits,), (tensor.shape, torch.float32, None)
-        return super().compress(tensor, key)
+            if math.isfinite(native_small.K.lab_sign_bits(x.data_ptr(), n, bits.data_ptr(), 1)):
+                return (bits,), None
+        return None
 
-    def decompress(self, payload, ctx):
-        # Speed: the one-part payload the declared format accepts (uint8, ceil(n / 8) bytes)
-        # is recognised inline and expanded in one C call; anything else goes through the
-        # full check, which names what is wrong
-        shape, dtype, _ = ctx
-        n = shape.numel()
+    def decode_plain(self, payload, n):
         got = native_small.parts(payload, (torch.uint8, (n + 7) // 8))
-        if dtype is torch.float32 and got is not None:
-            out = native_small.expand_pair(got[0], n, -1.0, 1.0)
-            return out if len(shape) == 1 else out.view(shape)
-        return super().decompress(payload, ctx)
+        return None if got is None else native_small.expand_pair(got[0], n, -1.0, 1.0)
 
     def encode(self, flat, key):
         if flat.dtype == torch.float32 and native.enabled(flat):  # bits and the check, one pass

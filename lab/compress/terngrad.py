@@ -142,14 +142,9 @@ class TernGrad(Compressor):
         self.clip = check_clip(clip)
         super().__init__(seed=seed)
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU vector goes to the C path of
-        # :meth:`_encode_small` without the base class's checks
-        n = tensor.numel() if native_small.plain(tensor) and tensor.dim() == 1 else 0
-        payload = self._encode_small(tensor, n) if n else None
-        if payload is not None:
-            return payload, (tensor.shape, torch.float32, None)
-        return super().compress(tensor, key)
+    def encode_plain(self, x, key):
+        payload = self._encode_small(x, x.numel()) if x.dim() == 1 and x.numel() else None
+        return None if payload is None else (payload, None)
 
     def _encode_small(self, x, n: int):
         """:meth:`encode`'s payload for a plain 1-D float32 ``x`` of ``n`` > 0 values: max |x|
@@ -180,21 +175,17 @@ class TernGrad(Compressor):
                                          codes.data_ptr())
         return float32s(s), codes
 
-    def decompress(self, payload, ctx):
-        # Speed: the payload the declared format accepts (a finite scale >= 0, ceil(n / 4) code
-        # bytes) decoded in one C call; anything else goes through the full check, which names
-        # what is wrong
-        shape, dtype, _ = ctx
-        n = shape.numel()
+    def decode_plain(self, payload, n):
+        # a finite scale >= 0 and ceil(n / 4) code bytes: one C call
         got = native_small.parts(payload, (torch.float32, 1), (torch.uint8, (n + 3) // 4))
-        if dtype is torch.float32 and got is not None:
+        if got is not None:
             s, codes = got
             v = s.item()
             if math.isfinite(v) and v >= 0:
                 out = native_small.FLOATS.new_empty(n)
                 native_small.K.lab_expand_ternary(codes.data_ptr(), n, v, out.data_ptr())
-                return out if len(shape) == 1 else out.view(shape)
-        return super().decompress(payload, ctx)
+                return out
+        return None
 
     def encode(self, flat, key):
         if native_small.plain(flat) and flat.numel():

@@ -37,29 +37,24 @@ class Threshold(Compressor):
         self.tau = float(tau)
         super().__init__(seed=seed)
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU tensor is counted (NaN/Inf found
-        # in that pass), then indexed and its signs packed, in two C passes, without the base
-        # class's separate finiteness pass; NaN/Inf take the general route, which raises
-        n = tensor.numel() if native_small.plain(tensor) else -1
-        count = native_small.K.lab_threshold_count(tensor.data_ptr(), n, self.tau) \
-            if n >= 0 else -1
+    def encode_plain(self, x, key):
+        # counted (NaN/Inf found in that pass: the general route raises), then indexed and
+        # the signs packed: two C passes, no separate finiteness pass
+        n = x.numel()
+        count = native_small.K.lab_threshold_count(x.data_ptr(), n, self.tau)
         if count < 0:
-            return super().compress(tensor, key)
+            return None
         idx = native_small.INTS.new_empty(count)
         signs = native_small.BYTES.new_empty((count + 7) // 8)
-        native_small.K.lab_threshold_fill(tensor.data_ptr(), n, self.tau, idx.data_ptr(),
+        native_small.K.lab_threshold_fill(x.data_ptr(), n, self.tau, idx.data_ptr(),
                                           signs.data_ptr())
-        return (idx, signs), (tensor.shape, torch.float32, None)
+        return (idx, signs), None
 
-    def decompress(self, payload, ctx):
-        # Speed: the payload the declared format accepts (c int32 indices, c <= n, and
-        # ceil(c / 8) sign bytes; each index checked in the C scatter's pass) decoded in one C
-        # call; anything else goes through the full check, which names what is wrong
-        shape, dtype, _ = ctx
-        n = shape.numel()
+    def decode_plain(self, payload, n):
+        # c int32 indices, c <= n, and ceil(c / 8) sign bytes; each index checked in the C
+        # scatter's pass
         got = native_small.parts(payload, (torch.int32, None), (torch.uint8, None))
-        if dtype is torch.float32 and got is not None and n < 2 ** 31:
+        if got is not None and n < 2 ** 31:
             idx, signs = got
             c = idx.numel()
             if c <= n and signs.numel() == (c + 7) // 8:
@@ -67,8 +62,8 @@ class Threshold(Compressor):
                 if native_small.K.lab_scatter_signs(idx.data_ptr(), signs.data_ptr(), c, n,
                                                     self.tau, out.data_ptr()):
                     raise range_error(self.name, self.wire.parts[0], n, idx)
-                return out if len(shape) == 1 else out.view(shape)
-        return super().decompress(payload, ctx)
+                return out
+        return None
 
     def encode(self, flat, key):
         idx = torch.where(flat.abs() > self.tau)[0]

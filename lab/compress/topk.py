@@ -191,14 +191,9 @@ class TopK(SparseCodec):
         self.density, self.k = density, k
         super().__init__(seed=seed)
 
-    def compress(self, tensor, key=None):
-        # Speed (issue 31 item 4): a contiguous float32 CPU vector goes to the C selection of
-        # :meth:`_encode_small` without the base class's checks
-        if native_small.plain(tensor) and tensor.dim() == 1:
-            payload = self._encode_small(tensor)
-            if payload is not None:
-                return payload, (tensor.shape, torch.float32, None)
-        return super().compress(tensor, key)
+    def encode_plain(self, x, key):
+        payload = self._encode_small(x) if x.dim() == 1 else None
+        return None if payload is None else (payload, None)
 
     def _encode_small(self, flat):
         """The plain route's payload (below) for a plain 1-D float32 ``flat`` in one C pass,

@@ -163,11 +163,12 @@ class Overlap(LayerHandoff, Schedule):
             xfer = [net.time("allreduce", 4 * u.numel, p) for u in self.units]
             order = issue_order(self.units, self.ready_at, xfer, self.priority)
             msgs = coalesce(self.units, order, self.ready_at, xfer, self.coalesce)
-            real = [LOOPBACK.time("allreduce", 4 * u.numel, p) - LOOPBACK.time("allreduce", 0, p)
-                    for u in self.units]   # bytes only: the call pays one real latency
             if self.calls == "step" or (self.calls == "auto" and network is not None):
                 self._plans[network] = msgs, [list(range(len(msgs)))]   # one real call
             else:
+                real = [LOOPBACK.time("allreduce", 4 * u.numel, p)
+                        - LOOPBACK.time("allreduce", 0, p)
+                        for u in self.units]   # bytes only: the call pays one real latency
                 self._plans[network] = msgs, batches(self.units, msgs, self.ready_at, xfer, real)
         return self._plans[network]
 
