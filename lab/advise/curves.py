@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from .methods import METHODS, TARGETS, Method, base_config
-from .profile import _digest, _machine, cache_dir
+from .profile import _digest, _machine, cache_dir, write_cache
 
 PROBE_WORLD, PROBE_STEPS, PROBE_EVERY = 2, 120, 5
 
@@ -52,10 +52,7 @@ def probed(model: str, methods: list[Method] | None = None, target: float | None
         got = measure_curves(todo, model, PROBE_WORLD, PROBE_STEPS, PROBE_EVERY)
         cached.update({name: {"config": digest[name], "curve": curve} for name, curve in got.items()})
         if use_cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            tmp.replace(path)
+            write_cache(path, cached)
     settings = {m.name: json.loads(json.dumps(m.config(base).to_dict(), default=str))
                 for m in methods}
     return {"target": target, "steps": PROBE_STEPS, "eval_every": PROBE_EVERY, "probed": True,

@@ -79,6 +79,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LAB_ADVISE_CACHE", Path.home() / ".cache" / "lab" / "advise"))
 
 
+def write_cache(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` through a file of this process's own, then rename:
+    two notebooks or tests that write the same cache at once each leave a whole file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
 def _digest(cfg) -> str:
     """A short hash of a TrainConfig: a cached profile is reused only for the same training."""
     text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
@@ -114,12 +123,9 @@ def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: in
         for m, h in zip(todo, hists):
             out[m.name] = summarise(h, m.name, model, _params(base))
         if use_cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
             cached.update({m.name: {"config": digest[m.name], "profile": asdict(out[m.name])}
                            for m in todo})
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            tmp.replace(path)
+            write_cache(path, cached)
     return {m.name: out[m.name] for m in methods}
 
 
