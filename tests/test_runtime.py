@@ -56,6 +56,33 @@ def _peer_lost(ctx):
     raise RuntimeError("[pair.cc:537] Read error: Connection reset by peer.\n\nAt:\n  x.py(1): f")
 
 
+def _fail_to_connect(marks: str, fails: int):
+    """Unpickled in each rank before it joins the group: the first ``fails`` unpickles (over
+    all ranks and launches, counted with files only one process can create) raise what gloo
+    raises when it cannot connect its full mesh."""
+    n = 0
+    while True:
+        try:
+            os.close(os.open(os.path.join(marks, str(n)), os.O_CREAT | os.O_EXCL))
+            break
+        except FileExistsError:
+            n += 1
+    if n < fails:
+        raise RuntimeError("Gloo connectFullMesh failed with [pair.cc:553] Connection closed by "
+                           "peer [127.0.0.1]:1")
+    return "joined"
+
+
+class _ConnectsAfter:
+    """An argument whose unpickling fails like a gloo connect, ``fails`` times in all."""
+
+    def __init__(self, marks, fails):
+        self.marks, self.fails = marks, fails
+
+    def __reduce__(self):
+        return _fail_to_connect, (self.marks, self.fails)
+
+
 def _hang(ctx):
     if ctx.rank == 0:
         time.sleep(600)
@@ -135,6 +162,23 @@ def test_when_every_rank_only_reports_peer_loss_the_earliest_is_named():
         launch(_peer_lost, 2, timeout=30)
     assert str(e.value).splitlines()[0].endswith("RuntimeError: [pair.cc:537] Read error: "
                                                   "Connection reset by peer.")
+
+
+def test_ranks_that_all_fail_to_connect_are_launched_once_more(tmp_path, capfd):
+    # gloo's full mesh sometimes fails to connect on a loaded machine although no rank failed:
+    # every rank says so before fn ran, and the launch starts again with new processes
+    out = launch(lambda ctx, a: (ctx.rank, a), 2, _ConnectsAfter(str(tmp_path), 2), timeout=30)
+    assert out == [(0, "joined"), (1, "joined")]
+    assert "gloo could not connect the 2 ranks" in capfd.readouterr().err
+    (tmp_path / "again").mkdir()
+    with pytest.raises(LaunchError, match="connectFullMesh") as e:   # it tries twice, no more
+        launch(lambda ctx, a: a, 2, _ConnectsAfter(str(tmp_path / "again"), 4), timeout=30)
+    assert len(os.listdir(tmp_path / "again")) == 4
+    (tmp_path / "one").mkdir()   # one rank failing is not that flake: no second launch
+    with pytest.raises(LaunchError, match="connectFullMesh"):
+        launch(lambda ctx, a: a, 2, _ConnectsAfter(str(tmp_path / "one"), 1), timeout=30)
+    assert len(os.listdir(tmp_path / "one")) == 2
+    assert e.value.rank in (0, 1) and not _children()
 
 
 def test_hanging_rank_times_out_and_is_ended():

@@ -60,6 +60,13 @@ def is_echo(exc: BaseException) -> bool:
     return any(m in str(exc) for m in _ECHOES)
 
 
+def not_connected(line: str) -> bool:
+    """Gloo could not connect a rank to its peers while forming the group ("Gloo connectFullMesh
+    failed with ... Connection closed by peer", or "... Connect timeout"): a flake of a loaded
+    machine when every rank says so, since none had failed before."""
+    return "connectFullMesh" in line
+
+
 def summary(exc: BaseException) -> str:
     """The exception's own line: its type and the first line of its message (torch appends
     an "At:" trailer of Python frames to C++ errors; that is not the message)."""

@@ -16,7 +16,10 @@ nothing must finish within ``timeout``. Ranks also die with the caller (PR_SET_P
 no orphans are left behind.
 
 Peers that lost their connection to a failed rank are echoes, not the cause (see
-:mod:`lab.runtime.failure`); each rank's stderr goes to a file the caller reads and forwards to
+:mod:`lab.runtime.failure`). Gloo on a loaded machine now and then fails to connect its full
+mesh of ranks although no rank failed (a known flake of gloo's TCP transport): when every rank
+reports that while forming the group, before ``fn`` ran anywhere, the launch starts again once,
+with new processes and a new store, and says so on stderr. Each rank's stderr goes to a file the caller reads and forwards to
 its own stderr as it comes, so the last lines of a rank killed by a signal appear in the error.
 """
 from __future__ import annotations
@@ -41,10 +44,12 @@ import torch.multiprocessing as mp
 from ..comm import Collective, Network
 from .allocator import keep_freed_memory
 from .context import RankContext, pick_backend, rank_device
-from .failure import StderrTail, is_echo, signal_name, stderr_to, summary
+from .failure import StderrTail, is_echo, not_connected, signal_name, stderr_to, summary
 
 #: Seconds a launch may run before every rank is ended and a LaunchError raised.
 DEFAULT_TIMEOUT = 60.0
+#: How many times a launch is tried when gloo could not connect its ranks (see the module doc).
+FORM_TRIES = 2
 
 
 class LaunchError(RuntimeError):
@@ -84,8 +89,28 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
     except Exception as e:  # a lock, an open file, a generator...
         raise TypeError(f"fn or its arguments cannot be sent to worker processes ({e}). Pass "
                         "plain data, and build unpicklable objects inside fn.") from e
-
     ctx = _context(start_method)
+    for attempt in range(1, FORM_TRIES + 1):
+        try:
+            return _launch_once(ctx, blob, world_size, backend, kind, timeout, threads, network,
+                                progress)
+        except _NotConnected as e:
+            if attempt == FORM_TRIES:
+                raise e.error from None
+            print(f"lab.launch: gloo could not connect the {world_size} ranks ({str(e.error).splitlines()[0]}); "
+                  f"no rank had started; launching again", file=sys.stderr, flush=True)
+
+
+class _NotConnected(Exception):
+    """Every rank failed to connect the group: ``error`` is the LaunchError to raise if the
+    last try fails too."""
+
+    def __init__(self, error: LaunchError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _launch_once(ctx, blob, world_size, backend, kind, timeout, threads, network, progress):
     store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout),
                           wait_for_workers=False)
     results_q = ctx.Queue()
@@ -134,7 +159,7 @@ def _context(method: str):
 
 def _collect(procs, q, world_size, timeout, progress, stderrs, records) -> list:
     results: dict[int, Any] = {}
-    errors: list[tuple] = []  # (time, traceback, summary, is_echo, rank)
+    errors: list[tuple] = []  # (time, traceback, summary, is_echo, joined, rank)
     deaths: dict[int, int] = {}
     bar = None
     deadline = time.monotonic() + timeout
@@ -190,6 +215,9 @@ def _collect(procs, q, world_size, timeout, progress, stderrs, records) -> list:
     finally:
         if bar is not None:
             bar.close()
+    if (len(errors) == world_size and not deaths
+            and all(not e[4] and not_connected(e[2]) for e in errors)):
+        raise _NotConnected(_error(min(errors), world_size))   # nothing ran: worth a retry
     causes = [e for e in errors if not e[3]]
     if causes:
         return _raise_error(min(causes), world_size)  # the earliest real exception
@@ -208,8 +236,12 @@ def _collect(procs, q, world_size, timeout, progress, stderrs, records) -> list:
 
 
 def _raise_error(error, world_size: int):
-    _, tb, line, _, rank = error
-    raise LaunchError(rank, f"rank {rank} of {world_size} failed: {line}", tb)
+    raise _error(error, world_size)
+
+
+def _error(error, world_size: int) -> LaunchError:
+    _, tb, line, _, _, rank = error
+    return LaunchError(rank, f"rank {rank} of {world_size} failed: {line}", tb)
 
 
 def _advance(bar, done, total, desc):
@@ -252,18 +284,20 @@ def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout,
     stderr_to(stderr_path)
     keep_freed_memory()  # gradient-sized temporaries every step: reuse them, no page faults
     torch.set_num_threads(threads)
-    code = 0
+    code, joined = 0, False
     try:
         fn, args, kwargs = cloudpickle.loads(blob)
         store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=timeout))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout))
+        joined = True
         ctx = RankContext(rank, world_size, rank_device(rank, kind), backend,
                           Collective(network=network), _queue=q)
         result = fn(ctx, *args, **kwargs)
         q.put(("ok", rank, time.time(), cloudpickle.dumps(result)))
     except BaseException as e:
-        q.put(("error", rank, time.time(), traceback.format_exc(), summary(e), is_echo(e)))
+        q.put(("error", rank, time.time(), traceback.format_exc(), summary(e), is_echo(e),
+               joined))
         code = 1
     finally:
         q.close()
