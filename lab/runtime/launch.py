@@ -19,8 +19,9 @@ Peers that lost their connection to a failed rank are echoes, not the cause (see
 :mod:`lab.runtime.failure`). Gloo on a loaded machine now and then fails to connect its full
 mesh of ranks although no rank failed (a known flake of gloo's TCP transport): when every rank
 reports that while forming the group, before ``fn`` ran anywhere, the launch starts again once,
-with new processes and a new store, and says so on stderr. Each rank's stderr goes to a file the caller reads and forwards to
-its own stderr as it comes, so the last lines of a rank killed by a signal appear in the error.
+with new processes and a new store, and says so on stderr. Each rank's stderr goes to a file the
+caller reads and forwards to its own stderr as it comes, so the last lines of a rank killed by a
+signal appear in the error.
 """
 from __future__ import annotations
 
@@ -97,8 +98,9 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
         except _NotConnected as e:
             if attempt == FORM_TRIES:
                 raise e.error from None
-            print(f"lab.launch: gloo could not connect the {world_size} ranks ({str(e.error).splitlines()[0]}); "
-                  f"no rank had started; launching again", file=sys.stderr, flush=True)
+            why = str(e.error).splitlines()[0]
+            print(f"lab.launch: gloo could not connect the {world_size} ranks ({why}); no rank "
+                  "had started; launching again", file=sys.stderr, flush=True)
 
 
 class _NotConnected(Exception):
@@ -220,7 +222,7 @@ def _collect(procs, q, world_size, timeout, progress, stderrs, records) -> list:
         raise _NotConnected(_error(min(errors), world_size))   # nothing ran: worth a retry
     causes = [e for e in errors if not e[3]]
     if causes:
-        return _raise_error(min(causes), world_size)  # the earliest real exception
+        raise _error(min(causes), world_size)  # the earliest real exception
     if deaths:
         # a signal is a cause (SIGABRT from a C++ abort, SIGSEGV, SIGKILL); an exit code
         # without a message is more likely an echo
@@ -231,12 +233,8 @@ def _collect(procs, q, world_size, timeout, progress, stderrs, records) -> list:
         raise LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended",
                           stderr=stderrs[rank].tail())
     if errors:
-        return _raise_error(min(errors), world_size)  # only echoes: the earliest one
+        raise _error(min(errors), world_size)  # only echoes: the earliest one
     return [results[r] for r in range(world_size)]
-
-
-def _raise_error(error, world_size: int):
-    raise _error(error, world_size)
 
 
 def _error(error, world_size: int) -> LaunchError:
