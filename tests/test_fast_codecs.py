@@ -17,8 +17,7 @@ from lab.compress.qsgd import QSGD, bucket_norms, dequantize, quantize, sums_of_
 from lab.compress.sign import set_sign, signs_from_bits
 from lab.compress.terngrad import TernGrad, std, ternary_values
 
-CUDA = torch.cuda.is_available()
-DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def gen(seed=0):
@@ -274,7 +273,7 @@ def test_device_generators_are_seeded_like_the_cpu_one():
     assert new is not old and new.seed == private[1].generator.initial_seed()
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["qsgd", "terngrad", "zipml", "randomk", "randomk_shared",
                                   "wangni", "topk", "topk_sampled", "onebit", "sign", "fp16"])
 def test_cuda_payloads_same_size_and_on_device(name):
@@ -288,7 +287,7 @@ def test_cuda_payloads_same_size_and_on_device(name):
     assert codec.decompress(payload, ctx).device.type == "cuda"
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_shared_randomness_is_shared_and_private_is_private():
     x = torch.randn(50_000, generator=gen()).cuda()
     a, b = (C.make("randomk_shared").bind(r, 2) for r in (0, 1))
@@ -298,7 +297,7 @@ def test_cuda_shared_randomness_is_shared_and_private_is_private():
     assert p.generator_for("cuda").initial_seed() != q.generator_for("cuda").initial_seed()
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_topk_is_exact():
     x = torch.randn(1_000_000, generator=gen()).cuda()
     payload, _ = C.make("topk", density=0.01).compress(x)
@@ -373,7 +372,7 @@ def test_fused_stays_eager_on_the_cpu_by_default():
     assert stochastic_levels.state["compiled"] is None and not stochastic_levels.state["ready"]
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_fused_levels_equal_eager_on_cuda():
     from lab.compress.qsgd import stochastic_levels
     v = torch.randn(2048, 512, generator=gen()).cuda()
@@ -386,7 +385,7 @@ def test_fused_levels_equal_eager_on_cuda():
     assert (fast != ref).float().mean() < 1e-5  # at most a last-ulp difference at a boundary
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_large_packing_equals_reference_on_cuda():
     n = 2 ** 20 + 5
     m = torch.rand(n, generator=gen()) < 0.5
@@ -399,7 +398,7 @@ def test_large_packing_equals_reference_on_cuda():
         assert torch.equal(unpack_uint(packed, n, bits).cpu(), codes)
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_terngrad_unbiased():
     from lab.compress.terngrad import TernGrad
     x = torch.randn(2 ** 18, generator=gen()).cuda()
@@ -459,3 +458,31 @@ def test_bench_tables_have_their_columns():
     rows = bench.small_overhead(["sign"], sizes=(100, 1000), repeats=1, number=2)
     assert [(r["codec"], r["elements"]) for r in rows] == [("sign", 100), ("sign", 1000)]
     assert all(r["compress us"] > 0 and r["decompress us"] > 0 for r in rows)
+
+
+def test_device_path_of_the_stochastic_quantizers_runs_on_the_cpu(monkeypatch):
+    """The path QSGD and TernGrad take on a GPU (uniforms drawn where the tensor lives, then the
+    fused core) is the same code on any device in ``FUSE_DEVICES``: CI runs it on the CPU, with
+    the cores eager (their compiled form is tested equal above). Unbiased, by Monte Carlo, and
+    repeatable from the generator's seed."""
+    from lab.compress import fused as F, qsgd as Q, terngrad as T
+    monkeypatch.setattr(F, "FUSE_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setenv("LAB_FUSE", "0")
+    calls = []
+    for mod, core in ((Q, "stochastic_levels"), (T, "ternary_codes")):
+        real = getattr(mod, core)
+        monkeypatch.setattr(mod, core, lambda *a, _r=real, _n=core: calls.append(_n) or _r(*a))
+    x, draws = torch.randn(4096, generator=gen()), 300
+    g = torch.Generator().manual_seed(1)
+    qs = [Q.quantize(x, 4, 512, g) for _ in range(draws)]
+    norms = qs[0][0].repeat_interleave(512)[:x.numel()]
+    mean = sum(lv.float() * norms / 4 for _, lv, _ in qs) / draws * torch.where(qs[0][2], -1.0, 1.0)
+    assert ((mean - x).abs() <= 6 * norms / 8 / draws ** 0.5 + 1e-6).float().mean() > 0.999
+    s = x.abs().max()
+    codes = [T.ternarize(x, s, g) for _ in range(draws)]
+    tmean = sum(T.ternary_values(c) for c in codes) / draws * s
+    sigma = (s * x.abs() - x ** 2).clamp(min=0).sqrt() / draws ** 0.5
+    assert ((tmean - x).abs() <= 6 * sigma + 1e-6).float().mean() > 0.999
+    assert calls.count("stochastic_levels") == draws and calls.count("ternary_codes") == draws
+    again = [Q.quantize(x, 4, 512, torch.Generator().manual_seed(s_))[1] for s_ in (5, 5)]
+    assert torch.equal(*again)

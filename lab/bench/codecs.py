@@ -106,6 +106,63 @@ def _run(names, sizes, repeats, dev, split) -> list[dict]:
     return rows
 
 
+#: targets against a device-to-device copy of the same tensor (the GPU issue): a cast's round
+#: trip within 1.5x a copy, a quantizer's within 5x, Top-k's compress no slower than
+#: ``torch.topk`` of the magnitudes at the same k
+CASTS = ("fp16", "bf16")
+QUANTIZERS = ("sign", "scaled_sign", "efsgd", "onebit", "qsgd", "terngrad", "zipml", "qsgd_elias")
+TARGETS = {**{c: 1.5 for c in CASTS}, **{c: 5.0 for c in QUANTIZERS}}
+
+
+def against_copy(names=None, sizes=(2 ** 20, 2 ** 24, 2 ** 26), device: str = "cuda",
+                 repeats: int = 3, slow_s: float = 1.0):
+    """Yield one row per size and codec as soon as it is measured: the round trip, compress and
+    decompress times (best of ``repeats``), the round trip over a ``clone()`` of the same tensor
+    (``x copy``), and where the codec has a target (:data:`TARGETS`; ``topk``: its compress over
+    ``torch.topk(x.abs(), k)``) the target and whether it is met. A codec whose first round trip
+    takes over ``slow_s`` seconds is timed once, and not at the larger sizes (``skipped``)."""
+    dev = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    known = compress.names()
+    names = names or [n for n in DEFAULT if n in known]
+    slow: dict[str, str] = {}
+    for n in sizes:
+        g = torch.randn(n, generator=torch.Generator().manual_seed(0)).to(dev)
+        copy = _best(lambda: g.clone(), repeats, sync)
+        for name in names:
+            row = {"codec": name, "device": dev.type, "elements": n, "copy ms": 1e3 * copy}
+            if name in slow:
+                yield {**row, "skipped": slow[name]}
+                continue
+            c = compress.make(name)
+
+            def roundtrip():
+                c.decompress(*c.compress(g, key="bench"))
+            t0 = time.perf_counter()
+            roundtrip()
+            sync()
+            first = time.perf_counter() - t0
+            if first > slow_s:
+                slow[name] = f"a round trip of {n} values took {first:.2f} s"
+                t = first
+            else:
+                t = _best(roundtrip, repeats, sync)
+                payload, ctx = c.compress(g, key="bench")
+                row["compress ms"] = 1e3 * _best(lambda: c.compress(g, key="bench"), repeats, sync)
+                row["decode ms"] = 1e3 * _best(lambda: c.decompress(payload, ctx), repeats, sync)
+            row.update({"ms": 1e3 * t, "x copy": t / copy})
+            if name in TARGETS:
+                row.update({"target": f"<= {TARGETS[name]}x copy", "ok": t / copy <= TARGETS[name]})
+            elif name == "topk" and "compress ms" in row:
+                k = c.density if hasattr(c, "density") else 0.01
+                k = max(1, int(k * n + 0.5))
+                ref = _best(lambda: torch.topk(g.abs(), k, sorted=False), repeats, sync)
+                row.update({"torch.topk ms": 1e3 * ref,
+                            "x torch.topk": row["compress ms"] / (1e3 * ref),
+                            "target": "compress <= torch.topk", "ok": row["compress ms"] <= 1e3 * ref})
+            yield row
+
+
 def _cpu_best(fn, repeats: int, number: int) -> float:
     """Best over ``repeats`` of the CPU time of this thread per call, over ``number`` calls:
     time a descheduled thread does not run is not counted (a loaded machine's noise)."""

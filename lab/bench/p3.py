@@ -76,7 +76,7 @@ SAME_SLICES = {"p3": "slicing-only", "priority-only": "fifo"}
 
 def schedule_table(models=("vgg", "resnet"), networks=NETWORKS, schedules=SCHEDULES,
                    workers=(2, 4), rounds: int = 4, block: int = 3,
-                   batch_per_rank: int | None = None) -> list[dict]:
+                   batch_per_rank: int | None = None, device: str = "cpu") -> list[dict]:
     """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
     phase of a shared machine hits every schedule alike): the step time (see :func:`turns`), the step time
     predicted from per-layer times measured in the same session on as many ranks
@@ -91,28 +91,32 @@ def schedule_table(models=("vgg", "resnet"), networks=NETWORKS, schedules=SCHEDU
     (ResNet-like, 6 steps), 1e-5 from ``sync`` and 1e-8 from the same slices.
 
     ``batch_per_rank``: the global batch is ``batch_per_rank * ranks`` (weak scaling: each rank
-    computes as much at every rank count), instead of the book's fixed 256."""
+    computes as much at every rank count), instead of the book's fixed 256. ``device``: where
+    the ranks compute (``"cuda"``: every rank on the GPUs visible, gloo between them unless each
+    rank has its own GPU)."""
     from ..comm import Network
     rows = []
     for w in workers:
         batch = {} if batch_per_rank is None else {"batch_size": batch_per_rank * w}
         for model in models:
             timeline = config(model, "fifo", None, 24, **batch).with_(schedule_kw={"timeline": True})
-            fwd, ready = layer_times(train_many([timeline], w, progress=False)[0])
+            fwd, ready = layer_times(train_many([timeline], w, progress=False, device=device)[0])
             sizes = layer_sizes(model)
             cfgs = [config(model, s, n, rounds * block, **batch) for n in networks for s in schedules]
             keys = [(c.network, c.schedule) for c in cfgs]
             ref = [keys.index((c.network, SAME_SLICES.get(c.schedule, c.schedule)))
                    if (c.network, SAME_SLICES.get(c.schedule)) in keys else i
                    for i, c in enumerate(cfgs)]
-            got = dict(zip(keys, turns(cfgs, w, rounds, block, timeout=300 + 20 * len(cfgs), ref=ref)))
+            got = dict(zip(keys, turns(cfgs, w, rounds, block, timeout=300 + 20 * len(cfgs), ref=ref,
+                                       device=device)))
             for n in networks:
                 pred = {s: 1e3 * plan.predict(sizes, fwd, ready, s, n, w) for s in schedules}
                 base, loss = got[n, "sync"]["ms"], got[n, "sync"]["loss"][-1]
                 t = 1e3 * Network.parse(n).time("allreduce", 4 * sum(sizes), w)
                 for s in schedules:
                     sp, psp = base / got[n, s]["ms"], pred["sync"] / pred[s]
-                    rows.append({"model": model, "ranks": w, "batch": cfgs[0].batch_size, "link": n,
+                    rows.append({"model": model, "ranks": w, "device": device,
+                             "batch": cfgs[0].batch_size, "link": n,
                                  "schedule": s,
                                  "ms/step": round(got[n, s]["ms"], 1), "predicted ms": round(pred[s], 1),
                                  "speedup": round(sp, 3), "predicted speedup": round(psp, 3),
@@ -140,6 +144,7 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
                     step = r * block + k
                     comm.ledger.step = step
                     x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
+                    x, y = x.to(ctx.device), y.to(ctx.device)
                     t0 = time.perf_counter()
                     res = s.step(step, x, y)
                     times.append(time.perf_counter() - t0)
@@ -156,7 +161,7 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
 
 
 def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 600,
-          ref=None) -> list[dict]:
+          ref=None, device: str = "cpu") -> list[dict]:
     """Run ``cfgs`` on the same ``workers`` ranks *in turns*: ``block`` steps of each, round
     after round, so a slow phase of a shared machine hits every schedule alike (the way
     ``ddp_hook`` times two hooks). Per config: ``ms``, the median over rounds of each turn's
@@ -173,7 +178,7 @@ def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 
         if c.steps != rounds * block:
             raise ValueError(f"turns: each config needs steps = rounds * block = {rounds * block}, "
                              f"got {c.steps} ({c.name})")
-    res = launch(_turns_rank, workers, list(cfgs), rounds, block, timeout=timeout)
+    res = launch(_turns_rank, workers, list(cfgs), rounds, block, timeout=timeout, device=device)
     out = []
     for i in range(len(cfgs)):
         r0 = res[0][i]
@@ -333,6 +338,11 @@ def main(argv=None) -> int:
     p.add_argument("--ps", action="store_true",
                    help="only the parameter-server table: bsp on one server vs the sharded FIFO "
                         "baseline vs p3-ps (sync='p3-ps'), VGG-like, 4 ranks")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                   help="schedule table: where the ranks compute (default cpu; cuda: every rank "
+                        "on the GPUs visible)")
+    p.add_argument("--schedules", nargs="+", choices=SCHEDULES, default=list(SCHEDULES),
+                   help="schedule table: schedules (default: all five; sync is always run)")
     p.add_argument("--layers", metavar="FILE",
                    help="only record the per-layer compute profile of each model, as JSON")
     a = p.parse_args(argv)
@@ -355,9 +365,10 @@ def main(argv=None) -> int:
             print_rows(rows, "P3 on parameter servers: step time by scheme (VGG-like, 4 ranks, "
                              "emulated links)")
         return 0
-    out = {"schedules": schedule_table(tuple(a.models), tuple(a.networks), workers=tuple(a.workers),
-                                       rounds=2 if a.quick else a.rounds,
-                                       batch_per_rank=a.batch_per_rank)}
+    schedules = tuple(["sync"] + [s for s in a.schedules if s != "sync"])
+    out = {"schedules": schedule_table(tuple(a.models), tuple(a.networks), schedules,
+                                       workers=tuple(a.workers), rounds=2 if a.quick else a.rounds,
+                                       batch_per_rank=a.batch_per_rank, device=a.device)}
     if a.only is None:
         out["engine_cost"] = engine_cost(steps=15 if a.quick else 30, repeats=2 if a.quick else 3)
         out["ddp_hook"] = ddp_hook(steps=15 if a.quick else 30)

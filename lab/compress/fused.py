@@ -23,6 +23,13 @@ MAX_SHAPES = 8  # compiled versions per function (torch's own recompile limit is
 FUSE_DEVICES = {"cuda"}
 
 
+def on_device_path(x: torch.Tensor) -> bool:
+    """Whether a stochastic codec takes its device path for ``x`` (uniforms drawn where ``x``
+    lives, then its fused core): on ``FUSE_DEVICES`` (CUDA; the tests add the CPU, so CI runs
+    the same code)."""
+    return x.device.type in FUSE_DEVICES
+
+
 def fused(fn):
     """Run ``fn`` compiled on tensors of ``FUSE_DEVICES`` (CUDA) of at least ``FUSE_MIN_NUMEL``
     elements, else as is.

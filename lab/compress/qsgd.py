@@ -21,7 +21,7 @@ import torch
 from . import native, native_small
 from .base import (Compressor, Part, WireFormat, bernoulli, check_finite, check_int, register,
                    round_stochastic, truncate)
-from .fused import fused
+from .fused import fused, on_device_path
 from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .sign import negative, set_sign, set_sign_bits
 
@@ -100,7 +100,7 @@ def quantize(flat: torch.Tensor, s: int, bucket: int, generator: torch.Generator
     v = as_buckets(x, bucket)
     norms = bucket_norms(v)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))  # an all-zero bucket stays 0
-    if x.is_cuda:  # one uniform per value is cheap there; fuse the whole chain
+    if on_device_path(x):  # one uniform per value is cheap on a GPU; fuse the whole chain
         u = torch.rand(v.shape, generator=generator, device=v.device)
         levels = stochastic_levels(v, safe[:, None], u, s, torch.uint8 if s < 256 else torch.int32)
     elif s < 256 and native.enabled(x):  # the same rounding in one pass (kernels.c)

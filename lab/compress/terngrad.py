@@ -26,7 +26,7 @@ import torch
 from . import native, native_small
 from .base import (Compressor, Part, WireFormat, check_finite, float32s, register,
                    round_stochastic)
-from .fused import fused
+from .fused import fused, on_device_path
 from .packing import expand_codes, pack_uint
 from .qsgd import _BLOCK, ratios, sums_of_squares
 from .sign import negative
@@ -91,7 +91,7 @@ def ternarize(x: torch.Tensor, s: torch.Tensor, generator: torch.Generator) -> t
     ``where(rand < |x|/s, where(x < 0, 2, 1), 0)``; here code = keep << negative."""
     if float(s) == 0.0:
         return torch.zeros(x.numel(), dtype=torch.uint8, device=x.device)
-    if x.is_cuda:  # one uniform per value is cheap there; fuse the chain
+    if on_device_path(x):  # one uniform per value is cheap on a GPU; fuse the chain
         return ternary_codes(x, s, torch.rand(x.shape, generator=generator, device=x.device))
     if native.enabled(x):  # the same codes in one pass (kernels.c)
         return native.stochastic_levels(x.reshape(-1), max(x.numel(), 1), s.reshape(1), 1,
