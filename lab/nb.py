@@ -93,11 +93,13 @@ def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, ch
     display({"text/markdown": text}, metadata={CLAIM_KEY: record}, raw=True)
 
 
-def run(nb, directory, timeout: int = 300) -> None:
+def run(nb, directory, timeout: int = 300, on_cell=None) -> None:
     """Execute the notebook ``nb`` (an nbformat node) top to bottom in a fresh kernel, with
-    ``directory`` as its working folder; outputs land in ``nb``, also when a cell raises."""
+    ``directory`` as its working folder; outputs land in ``nb``, also when a cell raises.
+    ``on_cell(index)`` is called after each cell (to report progress)."""
     import nbclient
-    nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    hook = None if on_cell is None else (lambda cell, cell_index, execute_reply: on_cell(cell_index))
+    nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", on_cell_executed=hook,
                             resources={"metadata": {"path": str(directory)}}).execute()
 
 

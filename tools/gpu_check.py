@@ -53,7 +53,7 @@ NOTEBOOKS = ("book/01_foundations/04_data_parallel_sgd.ipynb",
              "book/05_sparsification/01_topk_and_error_feedback.ipynb",
              "book/06_lowrank_sketch/01_powersgd.ipynb")
 P3_TARGETS = {4: 1.30, 8: 1.25}  # p3/sync at the better link, CPU ranks a core each
-ROW, INFO = "@@ROW ", "@@INFO "
+ROW, INFO, CELL = "@@ROW ", "@@INFO ", "@@CELL "
 
 
 # -- the sections (each runs in a child process and prints its rows as it goes) ---------------
@@ -202,8 +202,11 @@ def _notebook(path: str, out_dir: str, timeout: int) -> None:
     book = nbformat.read(src, as_version=4)
     t0 = time.perf_counter()
     result = {"notebook": path, "result": "passed"}
+
+    def done(index):  # read back by the section if this notebook runs out of time
+        print(f"{CELL}{index} {time.perf_counter() - t0:.1f}", flush=True)
     try:
-        labnb.run(book, src.parent, timeout=timeout)
+        labnb.run(book, src.parent, timeout=timeout, on_cell=done)
     except Exception as err:  # noqa: BLE001 (the failing cell is what the row reports)
         bad = [i for i, c in enumerate(book.cells) if c.cell_type == "code"
                and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
@@ -227,10 +230,11 @@ def _tiny_notebook(folder: pathlib.Path) -> str:
     return str(path)
 
 
-def notebooks(dry: bool, budget: float, out: pathlib.Path) -> None:
-    """Every notebook in its own process, all at once, each killed at the section's deadline."""
+def notebooks(dry: bool, budget: float, out: pathlib.Path, chosen=None) -> None:
+    """Every notebook in its own process, all at once, each killed at the section's deadline
+    (its row then says the last cell it finished and the one it was running)."""
     work = pathlib.Path(tempfile.mkdtemp())
-    paths = [_tiny_notebook(work)] if dry else [str(ROOT / p) for p in NOTEBOOKS]
+    paths = [_tiny_notebook(work)] if dry else [str(ROOT / p) for p in chosen or NOTEBOOKS]
     env = {**os.environ, "LAB_PROFILE": "ci" if dry else "gpu"}
     deadline = time.monotonic() + budget - 5
     procs = {p: subprocess.Popen([sys.executable, __file__, "--notebook", p, str(work),
@@ -242,10 +246,19 @@ def notebooks(dry: bool, budget: float, out: pathlib.Path) -> None:
             stdout, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _kill(proc)
-            stdout = ""
+            stdout, _ = proc.communicate()  # what it printed before (the cells it finished)
         row = next((json.loads(line[len(ROW):]) for line in stdout.splitlines() if line.startswith(ROW)),
                    {"notebook": p, "result": "timed out",
                     "seconds": round(time.perf_counter() - t0, 1)})
+        cells = [line[len(CELL):].split() for line in stdout.splitlines() if line.startswith(CELL)]
+        if row["result"] == "timed out":
+            import nbformat
+            every = nbformat.read(p, as_version=4).cells
+            last = int(cells[-1][0]) if cells else -1
+            running = next((i for i in range(last + 1, len(every))
+                            if every[i].cell_type == "code"), None)
+            row.update({"cells done": f"{last + 1} of {len(every)}", "running": None if running
+                        is None else f"cell {running}: " + every[running].source.strip()[:80]})
         row["notebook"] = os.path.relpath(row["notebook"], ROOT) if not dry else "dry_run.ipynb"
         row["profile"] = env["LAB_PROFILE"]
         row["ok"] = row["result"] == "passed"
@@ -297,13 +310,14 @@ def write(report: dict, out: pathlib.Path, t0: float) -> None:
 
 
 def run_section(name: str, budget: float, dry: bool, out: pathlib.Path, report: dict,
-                log, t0: float) -> float:
+                log, t0: float, notebooks=None) -> float:
     """Run one section in a child process group; returns the seconds it took."""
     sec = report["sections"][name] = {"status": "running", "budget_s": budget, "seconds": 0.0,
                                       "info": {}, "rows": []}
     write(report, out, t0)
     start = time.monotonic()
-    cmd = [sys.executable, __file__, "--section", name, "--out", str(out), "--budget", str(budget)]
+    cmd = [sys.executable, __file__, "--section", name, "--out", str(out), "--budget", str(budget),
+           *(["--notebooks", *notebooks] if notebooks else [])]
     proc = subprocess.Popen(cmd + (["--dry-run"] if dry else []), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=log, start_new_session=True, bufsize=0)
     buf = b""
@@ -347,6 +361,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=None,
                     help="total seconds (default: the sections' budgets, 370 s; dry run 90 s, "
                          "which takes about 50)")
+    ap.add_argument("--notebooks", nargs="+", metavar="PATH",
+                    help=f"the notebooks section's notebooks (default: {len(NOTEBOOKS)} chapters)")
     ap.add_argument("--section", choices=list(SECTIONS), help=argparse.SUPPRESS)
     ap.add_argument("--notebook", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -358,7 +374,7 @@ def main(argv=None) -> int:
     if a.section:  # a child: the section itself
         fn = globals()[a.section]
         if a.section == "notebooks":
-            fn(a.dry_run, a.budget, out)
+            fn(a.dry_run, a.budget, out, a.notebooks)
         else:
             fn(a.dry_run)
         return 0
@@ -374,7 +390,8 @@ def main(argv=None) -> int:
     slack = 0.0
     with open(out / "gpu_check.log", "ab") as log:
         for name in names:
-            took = run_section(name, budgets[name] + slack, a.dry_run, out, report, log, t0)
+            took = run_section(name, budgets[name] + slack, a.dry_run, out, report, log, t0,
+                               a.notebooks)
             slack = max(0.0, budgets[name] + slack - took)
     missed = [r for s in report["sections"].values() for r in s["rows"] if r.get("ok") is False]
     broken = [n for n, s in report["sections"].items() if s["status"] != "done"]

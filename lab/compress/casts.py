@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import native
+from . import device, native
 from .base import Compressor, Part, WireFormat, all_finite, check_finite, register
 
 
@@ -37,6 +37,9 @@ class _Cast(Compressor):
             wire, finite = fast
         elif self.wire_dtype is None:
             return super().compress(tensor, key)  # a check, then a copy
+        elif flat.dtype is torch.float32 and device.usable(flat):  # cast and check, one kernel
+            wire, finite = device.cast_checked(flat.detach(), self.wire_dtype)
+            finite = bool(finite)
         else:
             wire = flat.detach().to(self.wire_dtype)
             finite = not wire.numel() or all_finite(*torch.aminmax(wire))

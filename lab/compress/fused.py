@@ -31,8 +31,8 @@ def on_device_path(x: torch.Tensor) -> bool:
 
 
 def fused(fn):
-    """Run ``fn`` compiled on tensors of ``FUSE_DEVICES`` (CUDA) of at least ``FUSE_MIN_NUMEL``
-    elements, else as is.
+    """Run ``fn`` compiled on tensors of ``FUSE_DEVICES`` (CUDA) when its largest tensor argument
+    has at least ``FUSE_MIN_NUMEL`` elements, else as is.
 
     A version is compiled for a call signature (shapes, dtypes, int arguments) the second time
     it is seen, so sizes that change every call (data-dependent payloads) never pay a compile,
@@ -41,7 +41,10 @@ def fused(fn):
 
     @functools.wraps(fn)
     def call(x, *args):
-        if (x.device.type not in FUSE_DEVICES or x.numel() < FUSE_MIN_NUMEL or state["failed"]
+        # the size of the work is its largest tensor (a decoder's first argument may be a
+        # short one: QSGD's norms, one per bucket, kept its decode eager on the GPU check)
+        if (x.device.type not in FUSE_DEVICES or state["failed"]
+                or max(a.numel() for a in (x, *args) if isinstance(a, torch.Tensor)) < FUSE_MIN_NUMEL
                 or os.environ.get("LAB_FUSE", "1") == "0"):
             return fn(x, *args)
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import torch
 
-from . import native
+from . import device, native
 
 _WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
 
@@ -63,6 +63,8 @@ def pack_bits(mask: torch.Tensor) -> torch.Tensor:
         flat = flat != 0
     if flat.is_cpu:  # numpy's packbits is one C loop: ~10x the torch reference
         return torch.from_numpy(np.packbits(flat.contiguous().numpy(), bitorder="little"))
+    if device.usable(flat):  # one fused kernel on a GPU
+        return device.pack_codes(flat.view(torch.uint8), 1)
     return _pack_small(flat.view(torch.uint8), 1)
 
 
@@ -93,6 +95,8 @@ def expand_codes(packed: torch.Tensor, numel: int, bits: int, values: torch.Tens
     if bits not in _BYTE_CODES:
         raise ValueError(f"bits must be 1, 2, 4 or 8 to expand by table, got {bits}")
     if not packed.is_cpu:
+        if device.usable(packed, packed.numel() * 8) and numel <= packed.numel() * 8 // bits:
+            return device.expand_table(packed.reshape(-1), values.to(packed.device), bits)[:numel]
         return values.to(packed.device)[unpack_uint(packed, numel, bits)]
     table = values.cpu()[_BYTE_CODES[bits]]
     out = np.take(table.numpy(), packed.reshape(-1).contiguous().numpy(), axis=0)
@@ -101,13 +105,12 @@ def expand_codes(packed: torch.Tensor, numel: int, bits: int, values: torch.Tens
 
 def expand_bits(packed: torch.Tensor, numel: int, one: torch.Tensor, zero: torch.Tensor):
     """``where(unpack_bits(packed), one, zero)`` for scalar tensors ``one``/``zero``: by table
-    on the CPU (:func:`expand_codes`; one pass instead of three), unpack and ``where`` on a
-    GPU."""
+    (:func:`expand_codes`; one pass instead of three; on a GPU one fused kernel)."""
     dtype = torch.promote_types(one.dtype, zero.dtype)
     if dtype == torch.float32 and native.enabled(packed):  # one vectorized pass (kernels.c)
         return native.expand_bits(packed, numel, max(numel, 1), torch.stack([zero, one]).float())
-    if not packed.is_cpu:
-        return torch.where(unpack_bits(packed, numel), one.to(dtype=dtype), zero.to(dtype=dtype))
+    if not packed.is_cpu:  # the table's two entries, by the device path where it applies
+        return expand_codes(packed, numel, 1, torch.stack([zero.to(dtype=dtype), one.to(dtype=dtype)]))
     return expand_codes(packed, numel, 1, torch.stack([zero.to(dtype=dtype), one.to(dtype=dtype)]))
 
 
@@ -183,6 +186,8 @@ def pack_uint(codes: torch.Tensor, bits: int, check: bool = True) -> torch.Tenso
     if bits == 8:
         return codes.to(dtype=torch.uint8)
     if bits in (1, 2, 4):
+        if device.usable(codes, codes.numel() * bits):  # whole bytes: one fused kernel on a GPU
+            return device.pack_codes(codes.to(dtype=torch.uint8), bits)
         return _pack_small(codes.to(dtype=torch.uint8), bits)
     if codes.dtype != torch.int64 and bits < 31:
         codes = codes.to(dtype=torch.int32)  # narrow planes: half the memory traffic of int64

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import native, native_small
+from . import device, native, native_small
 from .base import (Compressor, Part, WireFormat, bernoulli, check_finite, check_int, register,
                    round_stochastic, truncate)
 from .fused import fused, on_device_path
@@ -216,6 +216,15 @@ class QSGD(Compressor):
         return None
 
     def encode(self, flat, key):
+        bucket = self._bucket(flat.numel())
+        if self.bits in (1, 2, 4, 8) and device.usable(flat) and flat.numel() % bucket == 0:
+            # the device path: the draws as :func:`quantize` draws them, levels and signs
+            # rounded and packed in one fused kernel
+            v = flat.float().view(-1, bucket)
+            norms = bucket_norms(v)
+            safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+            u = torch.rand(v.shape, generator=self.generator_for(v.device), device=v.device)
+            return (norms, *device.qsgd_encode(v, safe[:, None], u, self.s, self.bits)), None
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),
                                       self.generator_for(flat.device))
         return (norms, pack_bits(neg), pack_uint(levels, self.bits, check=False)), None
@@ -223,6 +232,9 @@ class QSGD(Compressor):
     def decode(self, payload, ctx, numel, dtype):
         norms, signs, levels = payload
         bucket = self._bucket(numel)
+        if self.bits in (1, 2, 4, 8) and device.usable(levels, numel) and numel % bucket == 0:
+            return device.qsgd_decode(norms, signs, levels, self.s, bucket,
+                                      self.bits).to(dtype=dtype)  # one fused kernel
         if self.bits in (1, 2, 4, 8) and (bucket % 8 == 0 or numel <= bucket) \
                 and native.enabled(levels):  # the decoder below in one pass (kernels.c)
             return native.dequantize(levels, self.bits, signs, numel, bucket, norms,

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from . import native, native_small
+from . import device, native, native_small
 from .base import Compressor, Part, WireFormat, check_finite, float32s, register
 from .error_feedback import ErrorFeedback
 from .sign import sign_bits, signs_from_bits
@@ -101,6 +101,12 @@ class ScaledSign(Compressor):
             if not math.isfinite(scale):
                 raise OverflowError(f"{self.name}: mean |x| exceeds the float32 range")
             return (bits, float32s(scale)), None
+        elif flat.dtype == torch.float32 and device.usable(flat):  # bits and l1, one kernel
+            bits, l1 = device.sign_bits_l1(flat)
+            mean = l1 / n
+            if not torch.isfinite(mean):
+                check_finite(flat, self.name)  # NaN/Inf in the input; else the sum overflowed
+                mean = flat.double().abs().sum() / n
         else:
             bits = sign_bits(flat)
             # the l1 norm summed in float64 on the CPU, as the kernel does (so both paths give

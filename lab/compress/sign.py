@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from . import native, native_small
+from . import device, native, native_small
 from .base import Compressor, Part, WireFormat, check_finite, register
 from .packing import expand_bits, expand_codes, pack_bits
 
@@ -102,6 +102,11 @@ class Sign(Compressor):
             bits, l1 = native.sign_bits(flat)
             if not math.isfinite(l1):
                 check_finite(flat, self.name)  # raises: NaN or Inf in the input
+            return (bits,), None
+        if flat.dtype == torch.float32 and device.usable(flat):  # the same, one fused kernel
+            bits, l1 = device.sign_bits_l1(flat)
+            if not torch.isfinite(l1):
+                check_finite(flat, self.name)  # raises on NaN/Inf; else the sum overflowed
             return (bits,), None
         check_finite(flat, self.name)
         return (sign_bits(flat),), None
