@@ -148,3 +148,11 @@ def test_describe_names_the_command_machine_and_every_merge():
         "produced by: python -m lab bench grid --part timed", "on m1, torch 2.13, 2026-11-25",
         "merged: python -m lab bench grid --merge (on m2, 2026-11-26)"]
     assert len(grid.describe({**meta, "merges": []}).splitlines()) == 2
+
+
+def test_the_drawn_held_out_configurations_are_the_seeded_draw():
+    """Part 10's six extra held-out configurations are what the seeded draw gives, frozen in the
+    code before any was run: nobody picked them."""
+    from lab.bench.grid import DRAW_SEED, DRAWN, HELDOUT, draw_heldout
+    assert draw_heldout(DRAW_SEED, 6) == DRAWN
+    assert not set(DRAWN) & set(HELDOUT) and len(set(DRAWN)) == 6

@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
+import random
 import sys
 from pathlib import Path
 
@@ -59,6 +61,26 @@ HELDOUT = (("mlp", 8, "300Mbps,2ms"), ("mlp", 4, "5Gbps,0.2ms"), ("mlp", 2, "200
            ("mlp", 4, "700Mbps,3ms"), ("cnn", 2, "2Gbps,0.3ms"), ("cnn", 8, "150Mbps,1ms"),
            ("linear", 2, "1Gbps,10ms"))
 FRESH = HELDOUT[6:]
+#: Six more, drawn at random (:func:`draw_heldout` with :data:`DRAW_SEED`) and frozen here
+#: before any of them was run (commit "Part 10: six held-out configurations drawn"), so that
+#: nothing about the advisor was chosen with them in sight; the book scores them on their own.
+DRAW_SEED = 20261127
+DRAWN = (("mlp", 8, "330Mbps,0.2ms"), ("mlp", 2, "370Mbps,0.2ms"), ("cnn", 2, "3900Mbps,0.6ms"),
+         ("mlp", 8, "260Mbps,1ms"), ("linear", 8, "960Mbps,2ms"), ("mlp", 2, "780Mbps,7ms"))
+
+
+def draw_heldout(seed: int = DRAW_SEED, n: int = 6) -> tuple:
+    """``n`` configurations (model, world, link) drawn with ``random.Random(seed)``: a model of
+    the advisor's, a world of 2, 4 or 8, a bandwidth log-uniform in 100 Mb/s to 10 Gb/s (two
+    significant digits) and a latency log-uniform in 0.05 to 10 ms (one)."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        model, world = rng.choice(("mlp", "cnn", "linear")), rng.choice((2, 4, 8))
+        mbps, ms = 10 ** rng.uniform(2, 4), 10 ** rng.uniform(math.log10(0.05), 1)
+        c = (model, world, f"{float(f'{mbps:.2g}'):g}Mbps,{float(f'{ms:.1g}'):g}ms")
+        if c not in out:
+            out.append(c)
+    return tuple(out)
 WITHIN = 0.10   # a top pick "within 10%" of the measured best
 
 
