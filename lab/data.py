@@ -10,13 +10,29 @@ whole global batch, and a run with 4 workers matches a run with 1 at the same gl
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
+from .argspec import SEED, Arg, takes
 from .registry import Registry
 
 REGISTRY = Registry("dataset")
+
+#: examples in a synthetic data set (80% train, 20% test)
+EXAMPLES = Arg(int, ge=10, le=10 ** 7, help="examples (80% for training)")
+DIM = Arg(int, ge=1, le=10 ** 5, help="features per example")
+
+
+def kind(task: str, image: bool = False):
+    """Declare what a data set's factory gives, known before anything is loaded: its
+    ``task`` ("classify", "regress" or "lm") and whether its examples are images (C, H, W):
+    what decides which models fit it (:func:`lab.models.check_fits`)."""
+    def deco(factory):
+        factory.task, factory.image = task, image
+        return factory
+    return deco
 
 
 @dataclass
@@ -70,6 +86,8 @@ class Dataset:
 
 
 @REGISTRY.register("digits")
+@kind("classify", image=True)
+@takes(seed=SEED, test_fraction=Arg(float, gt=0, lt=1, help="held out, in every class"))
 def digits(seed: int = 0, test_fraction: float = 0.2) -> Dataset:
     """scikit-learn's digits, read straight from the file it ships: importing scikit-learn
     costs seconds per rank when several ranks start at once on a small machine."""
@@ -104,6 +122,9 @@ def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @REGISTRY.register("blobs")
+@kind("classify")
+@takes(seed=SEED, n=EXAMPLES, dim=DIM, classes=Arg(int, ge=2, le=10 ** 4, help="classes"),
+       spread=Arg(float, gt=0, help="distance of the centers"))
 def blobs(seed: int = 0, n: int = 4096, dim: int = 32, classes: int = 4, spread: float = 2.0) -> Dataset:
     g = torch.Generator().manual_seed(seed)
     centers = torch.randn(classes, dim, generator=g) * spread / dim ** 0.5 * 3
@@ -114,6 +135,9 @@ def blobs(seed: int = 0, n: int = 4096, dim: int = 32, classes: int = 4, spread:
 
 
 @REGISTRY.register("linreg")
+@kind("regress")
+@takes(seed=SEED, n=EXAMPLES, dim=DIM, noise=Arg(float, ge=0, help="standard deviation of the "
+                                                                     "targets' noise"))
 def linreg(seed: int = 0, n: int = 4096, dim: int = 64, noise: float = 0.1) -> Dataset:
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(dim, 1, generator=g)
@@ -124,6 +148,12 @@ def linreg(seed: int = 0, n: int = 4096, dim: int = 64, noise: float = 0.1) -> D
 
 
 @REGISTRY.register("text")
+@kind("lm")
+@takes(seed=SEED, seq_len=Arg(int, ge=1, le=4096, help="tokens per example"),
+       max_chars=Arg(int, ge=1, help="characters of the corpus used"),
+       rule=lambda a: f"max_chars ({a['max_chars']}) must be >= 20 x (seq_len + 2) = "
+                      f"{20 * (a['seq_len'] + 2)}: a tenth is held out and must hold a sequence"
+       if a["max_chars"] < 20 * (a["seq_len"] + 2) else None)
 def text(seed: int = 0, seq_len: int = 32, max_chars: int = 400_000) -> Dataset:
     from pydoc_data.topics import topics
     corpus = "\n".join(topics[k] for k in sorted(topics))[:max_chars]
@@ -142,3 +172,33 @@ def load(name: str, **kwargs) -> Dataset:
 
 def names() -> list[str]:
     return REGISTRY.names()
+
+
+def task_of(name: str) -> str:
+    """The task of data set ``name`` ("classify", "regress" or "lm"), from its declaration."""
+    return REGISTRY.get(name).task
+
+
+def is_image(name: str) -> bool:
+    """Whether data set ``name`` has image examples (C, H, W), from its declaration."""
+    return REGISTRY.get(name).image
+
+
+def train_size(name: str, **kwargs) -> int | None:
+    """Training examples of data set ``name`` with ``kwargs`` (its arguments, checked), or None
+    where a batch may draw any number (language modelling samples windows with replacement).
+    Loaded once per process and arguments (the split does not depend on the seed)."""
+    REGISTRY.check_arguments(name, kwargs, injected=("seed",))
+    if task_of(name) == "lm":
+        return None
+    try:
+        key = tuple(sorted(kwargs.items()))
+        hash(key)
+    except TypeError:
+        return load(name, **kwargs).num_train
+    return _train_size(name, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _train_size(name: str, key: tuple) -> int:
+    return load(name, **dict(key)).num_train

@@ -11,6 +11,10 @@ small classes with a default that does nothing special:
   own loop over the same pieces);
 - ``lab.attack``: what a Byzantine rank does to what it sends (``none``);
 - stragglers: :class:`lab.train.straggler.Straggler`, a per-rank compute slowdown.
+
+With ``TrainConfig.stop_on_divergence`` (the default) the loop wraps ``attack`` so that what a
+rank hands to the aggregator is checked for NaN/Inf before it is summed, and stops a run whose
+loss grew 1,000-fold (:mod:`lab.train.guard`); the checks only read.
 """
 from __future__ import annotations
 

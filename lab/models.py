@@ -15,32 +15,64 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
+from . import data as data_mod
+from .argspec import Arg, takes
 from .data import Dataset
 from .registry import Registry
 
 REGISTRY = Registry("model")
+
+#: a layer's width (hidden units, channels, embedding size)
+WIDTH = Arg(int, ge=1, le=2 ** 16, help="units or channels of a layer")
+DEPTH = Arg(int, ge=1, le=256, help="layers")
 
 
 def _numel(shape) -> int:
     return math.prod(shape)
 
 
-def _need(data: Dataset, model: str, tasks: tuple[str, ...], image: bool = False) -> None:
-    if data.task not in tasks:
-        raise ValueError(f"model={model!r} does not fit data={data.name!r} (task {data.task!r}; "
+def fits(*tasks: str, image: bool = False):
+    """Declare the data a model's factory fits: its ``tasks`` and whether it needs image
+    examples; :func:`check_fits` reads it before anything is built or loaded."""
+    def deco(factory):
+        factory.tasks, factory.image = tasks, image
+        return factory
+    return deco
+
+
+def _refuse(model: str, data: str, task: str, tasks, not_image: str | None) -> None:
+    if task not in tasks:
+        raise ValueError(f"model={model!r} does not fit data={data!r} (task {task!r}; "
                          f"{model} needs {' or '.join(tasks)})")
-    if image and len(data.input_shape) != 3:
-        raise ValueError(f"model={model!r} needs image data (C, H, W); data={data.name!r} has "
-                         f"input shape {data.input_shape}")
+    if not_image:
+        raise ValueError(f"model={model!r} needs image data (C, H, W); data={data!r} "
+                         f"{not_image}")
+
+
+def check_fits(model: str, data: str) -> None:
+    """Raise a ValueError if model ``model`` does not fit data set ``data`` (task, images),
+    from both declarations: nothing is loaded or built (a config checks it when made)."""
+    m = REGISTRY.get(model)
+    _refuse(model, data, data_mod.task_of(data), m.tasks,
+            "has vectors, not images" if m.image and not data_mod.is_image(data) else None)
+
+
+def _need(data: Dataset, model: str, tasks: tuple[str, ...], image: bool = False) -> None:
+    flat = image and len(data.input_shape) != 3
+    _refuse(model, data.name, data.task, tasks,
+            f"has input shape {data.input_shape}" if flat else None)
 
 
 @REGISTRY.register("linear")
+@fits("classify", "regress")
 def linear(data: Dataset) -> nn.Module:
     _need(data, "linear", ("classify", "regress"))
     return nn.Sequential(nn.Flatten(), nn.Linear(_numel(data.input_shape), data.num_outputs))
 
 
 @REGISTRY.register("mlp")
+@fits("classify", "regress")
+@takes(hidden=WIDTH, depth=DEPTH)
 def mlp(data: Dataset, hidden: int = 64, depth: int = 2) -> nn.Module:
     _need(data, "mlp", ("classify", "regress"))
     layers, width = [nn.Flatten()], _numel(data.input_shape)
@@ -62,6 +94,8 @@ class _Image(nn.Module):
 
 
 @REGISTRY.register("cnn")
+@fits("classify", image=True)
+@takes(channels=WIDTH)
 def cnn(data: Dataset, channels: int = 16) -> nn.Module:
     _need(data, "cnn", ("classify",), image=True)
     c, h, w = data.input_shape
@@ -73,6 +107,8 @@ def cnn(data: Dataset, channels: int = 16) -> nn.Module:
 
 
 @REGISTRY.register("vgg")
+@fits("classify", image=True)
+@takes(channels=WIDTH, fc=WIDTH)
 def vgg(data: Dataset, channels: int = 16, fc: int = 512) -> nn.Module:
     """Two conv blocks and three big fully-connected layers: most bytes sit at the end."""
     _need(data, "vgg", ("classify",), image=True)
@@ -102,6 +138,8 @@ class _Block(nn.Module):
 
 
 @REGISTRY.register("resnet")
+@fits("classify", image=True)
+@takes(channels=WIDTH, blocks=Arg(int, ge=0, le=256, help="residual blocks"))
 def resnet(data: Dataset, channels: int = 16, blocks: int = 2) -> nn.Module:
     _need(data, "resnet", ("classify",), image=True)
     c = data.input_shape[0]
@@ -134,13 +172,19 @@ class TinyGPT(nn.Module):
 
 
 @REGISTRY.register("gpt")
+@fits("lm")
+@takes(dim=WIDTH, layers=DEPTH, heads=Arg(int, ge=1, le=256, help="attention heads"),
+       rule=lambda a: f"dim ({a['dim']}) must be divisible by heads ({a['heads']})"
+       if a["dim"] % a["heads"] else None)
 def gpt(data: Dataset, dim: int = 64, layers: int = 2, heads: int = 2) -> nn.Module:
     _need(data, "gpt", ("lm",))
     return TinyGPT(data.num_outputs, data.seq_len, dim, layers, heads)
 
 
 def make(name: str, data: Dataset, seed: int = 0, **kwargs) -> nn.Module:
-    """Build model ``name`` for ``data`` with weights drawn from ``seed`` (same on every rank)."""
+    """Build model ``name`` for ``data`` with weights drawn from ``seed`` (same on every rank);
+    ``kwargs`` are checked against its declaration."""
+    REGISTRY.check_arguments(name, kwargs, injected=("data",))
     factory = REGISTRY.get(name)
     torch.manual_seed(seed)
     return factory(data, **kwargs)

@@ -11,6 +11,8 @@ import inspect
 import os
 from dataclasses import dataclass, replace
 
+from . import claims
+from .claims import VERDICTS
 from .runtime.context import DEVICES
 
 
@@ -56,24 +58,66 @@ def show_source(obj) -> None:
     display(Code(inspect.getsource(obj), language="python"))
 
 
-VERDICTS = ("holds", "holds in part", "does not hold here")
 CLAIM_KEY = "lab_claim"  # where a claim record sits in its output's metadata
 
 
-def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, check: bool,
-          why: str = "") -> None:
-    """Record one paper claim tested by this chapter, and assert the measured fact behind it.
+def claim(key: str, *, check: bool = True, verdict: str | None = None, why: str = "",
+          **declared) -> dict:
+    """Record one paper claim tested by this chapter, its verdict computed, and assert the
+    measured facts behind it; returns the record.
 
-    ``key`` names the claim (unique in the book); ``paper`` cites it (authors, year, figure or
-    table); ``claimed`` is what the paper reports; ``measured`` what this run measured (a string
-    built from the run's numbers, never typed in); ``verdict`` one of :data:`VERDICTS`; ``check``
-    the measured fact that supports the verdict (an ``AssertionError`` naming the claim if it is
-    false); ``why`` the reason when the verdict is not "holds".
+    ``declared``: what :func:`lab.claims.record` takes: ``paper`` (authors, year, figure or
+    table), ``claimed`` (what the paper reports), ``quantity`` and its measured ``value``,
+    the thresholds ``holds`` and ``in_part`` (declared before the runs), the evidence
+    (``substrate``, ``runs``, ``seeds``, ``steps``; ``bytes`` for byte claims), ``measured`` (in
+    words, built from the run's numbers) and ``why_part``/``why_not``. ``check``: measured facts
+    the chapter relies on beyond the verdict (an ``AssertionError`` naming the claim if false).
 
     The record is displayed as part of the cell's output: markdown for the reader, the record
     itself in the output's metadata (under :data:`CLAIM_KEY`) for ``tools/claims_page.py``, so
     the scorecard page is built from the notebooks' stored outputs and cannot disagree with them.
+    ``verdict=`` (a typed verdict, with ``paper``, ``claimed``, ``measured`` and ``why``) is the
+    old form, kept while chapters move to computed verdicts; the book's tests refuse it.
     """
+    if verdict is not None:
+        rec = _typed(key, verdict, why, **declared)
+    else:
+        rec = claims.record(key, **declared)
+    if not bool(check):
+        raise AssertionError(f"claim {key!r}: the run does not support it "
+                             f"(measured: {rec['measured']})")
+    from IPython.display import display
+    display({"text/markdown": claim_text(rec)}, metadata={CLAIM_KEY: rec}, raw=True)
+    return rec
+
+
+def claim_text(rec: dict) -> str:
+    """The markdown a claim cell shows."""
+    text = f"**Claim** ({rec['paper']}): {rec['claimed']}  \n**Measured:** {rec['measured']}"
+    if "quantity" in rec:
+        size = rec["size"]
+        runs = f"{size['runs']} run(s) x {size['seeds']} seed(s)" + (
+            f" x {size['steps']} steps" if size["steps"] else "")
+        text += (f"  \n**Evidence:** {rec['substrate']}, {runs}"
+                 + (f"; bytes {rec['bytes']}" if rec.get("bytes") else "")
+                 + f"  \n**Test:** {rec['quantity']} = {_show(rec['value'])}; holds if "
+                 + _thresholds(rec["holds"])
+                 + (f"; in part if {_thresholds(rec['in_part'])}" if rec.get("in_part") else ""))
+    return text + f"  \n**Verdict:** {rec['verdict']}" + (f" ({rec['why']})" if rec["why"] else "")
+
+
+def _show(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v:.4g}" for k, v in value.items())
+    return f"{value:.4g}"
+
+
+def _thresholds(spec: dict) -> str:
+    return " and ".join(("" if q == "value" else f"{q} ") + f"{op} {b:g}" for q, (op, b) in spec.items())
+
+
+def _typed(key, verdict, why, *, paper, claimed, measured, **_) -> dict:
+    """The old form's record: a typed verdict (being retired)."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     for name, value in (("key", key), ("paper", paper), ("claimed", claimed),
@@ -82,15 +126,8 @@ def claim(key: str, *, paper: str, claimed: str, measured: str, verdict: str, ch
             raise ValueError(f"{name} must be a non-empty string, got {value!r}")
     if verdict != "holds" and not why.strip():
         raise ValueError(f"why must say why claim {key!r} {verdict}")
-    if not bool(check):
-        raise AssertionError(f"claim {key!r}: the run does not support the verdict "
-                             f"{verdict!r} (measured: {measured})")
-    record = {"key": key, "paper": paper, "claimed": claimed, "measured": measured,
-              "verdict": verdict, "why": why}
-    from IPython.display import display
-    text = (f"**Claim** ({paper}): {claimed}  \n**Measured:** {measured}  \n"
-            f"**Verdict:** {verdict}" + (f" ({why})" if why else ""))
-    display({"text/markdown": text}, metadata={CLAIM_KEY: record}, raw=True)
+    return {"key": key, "paper": paper, "claimed": claimed, "measured": measured,
+            "verdict": verdict, "why": why}
 
 
 def run(nb, directory, timeout: int = 300, on_cell=None) -> None:
@@ -117,7 +154,57 @@ def execute(path, timeout: int = 300) -> float:
     return time.perf_counter() - t0
 
 
+MAIN_DOC = """re-execute notebooks in place, top to bottom in a fresh kernel each, as the book
+stores them (outputs included):
+
+    python -m lab.nb book/01_foundations/02_collectives.ipynb
+    LAB_PROFILE=gpu python -m lab.nb book/07_p3/*.ipynb
+
+A notebook whose cell raises is left as it was (not written); the next one runs. Exit status:
+0 every notebook ran; 1 one failed; 2 a bad argument (a path that is not a notebook);
+130 interrupted (Ctrl-C)."""
+
+
+def main(argv=None) -> int:
+    """``python -m lab.nb NOTEBOOK ...``: :func:`execute` each, one line per notebook (its
+    seconds, or the cell that failed and why); the exit status of :data:`MAIN_DOC`."""
+    import argparse
+    import pathlib
+    import sys
+    ap = argparse.ArgumentParser(prog="python -m lab.nb", description=MAIN_DOC,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="a .ipynb file")
+    ap.add_argument("--timeout", type=int, default=300,
+                    help="seconds a cell may run before it counts as hung (default: 300)")
+    a = ap.parse_args(argv)
+    bad = [f for f in a.notebooks if not (pathlib.Path(f).is_file() and f.endswith(".ipynb"))]
+    if bad:
+        ap.error(f"not a notebook file: {', '.join(bad)}")
+    failed = 0
+    try:
+        for f in a.notebooks:
+            try:
+                print(f"{f}: {execute(f, a.timeout):.1f} s", flush=True)
+            except Exception as e:  # noqa: BLE001  (one line per notebook, then the next)
+                failed += 1
+                print(f"{f}: failed, not written: {_cell_error(e)}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("\ninterrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    return 1 if failed else 0
+
+
+def _cell_error(e: BaseException) -> str:
+    """One line for a notebook that failed: nbclient's cell error gives the exception's name
+    and value (its last line), anything else its type and first line."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()   # no terminal colours
+    if type(e).__name__ == "CellExecutionError":   # ... the traceback, then "Name: value"
+        last = next((line for line in reversed(text) if line.strip()), "")
+        return f"a cell raised {last.strip()}"
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
 if __name__ == "__main__":  # python -m lab.nb book/01_foundations/*.ipynb
     import sys
-    for f in sys.argv[1:]:
-        print(f"{f}: {execute(f):.1f} s", flush=True)
+    sys.exit(main())

@@ -5,6 +5,8 @@ import difflib
 import inspect
 from typing import Any, Callable
 
+from .argspec import check_kwargs, declared
+
 
 class Registry:
     """Maps names to factories: ``@REG.register("name")`` then ``REG.make("name", **kw)``."""
@@ -42,17 +44,28 @@ class Registry:
         return self.get(name)(**kwargs)
 
     def check_arguments(self, name: str, kwargs, injected: tuple = ()) -> None:
-        """Raise a TypeError naming the first keyword in ``kwargs`` that ``name`` does not take
-        (``injected``: arguments lab passes itself, which a user may not)."""
-        takes = _arguments(self.get(name))
-        if takes is None:
-            return
-        takes = [t for t in takes if t not in injected]
-        for k in kwargs:
-            if k not in takes:
-                raise TypeError(f"{self.kind} {name!r}: unknown argument {k!r}"
-                                f"{_did_you_mean(k, takes)} "
-                                f"(its arguments: {', '.join(takes) or 'none'})")
+        """Check ``kwargs`` for ``name`` without building it: a TypeError naming the first
+        keyword it does not take (``injected``: arguments lab passes itself, which a user may
+        not), then each value against the factory's declaration (:mod:`lab.argspec`: a
+        TypeError or ValueError naming the argument, the value and what is accepted)."""
+        factory = self.get(name)
+        if not isinstance(kwargs, dict):
+            raise TypeError(f"{self.kind} {name!r}: keyword arguments must be a dict, got "
+                            f"{type(kwargs).__name__}")
+        takes = _arguments(factory)
+        if takes is not None:
+            takes = [t for t in takes if t not in injected]
+            for k in kwargs:
+                if k not in takes:
+                    raise TypeError(f"{self.kind} {name!r}: unknown argument {k!r}"
+                                    f"{_did_you_mean(k, takes)} "
+                                    f"(its arguments: {', '.join(takes) or 'none'})")
+        check_kwargs(factory, kwargs, owner=name)
+
+    def arguments(self, name: str) -> dict:
+        """The declared arguments of ``name``: argument -> :class:`lab.argspec.Arg` (its type,
+        range or choices and meaning); empty for a factory that declares none."""
+        return declared(self.get(name))
 
     def names(self) -> list[str]:
         """The registered names, sorted."""

@@ -5,6 +5,8 @@ notebooks' stored outputs. The committed page must equal a fresh generation; eve
 call in a notebook must have left exactly one record (so no claim cell was left unexecuted or
 failed); the helper itself refuses an unsupported verdict. Nothing here runs a notebook.
 """
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -36,7 +38,7 @@ def test_the_book_tests_claims_from_every_part_with_a_survey_or_seed_system():
     claims = cp.scan()
     assert len(claims) >= 20
     parts = {c.docname.split("/")[1][:2] for c in claims}
-    assert {"02", "03", "04", "05", "06"} <= parts, parts
+    assert {"01", "02", "03", "04", "05", "06"} <= parts, parts
     for c in claims:
         r = c.record
         assert r["verdict"] in VERDICTS and r["measured"] and r["paper"], r
@@ -46,22 +48,56 @@ def test_the_book_tests_claims_from_every_part_with_a_survey_or_seed_system():
         assert f"`{c.record['key']}`" in page and f"/{c.docname}`" in page
 
 
-def test_claim_asserts_the_measured_fact_and_checks_its_arguments(monkeypatch):
+def test_every_verdict_is_computed_from_declared_thresholds_and_evidence():
+    """No chapter types a verdict: each claim declares its quantity, thresholds and evidence,
+    and its stored verdict is what those thresholds give for its stored value."""
+    from lab.claims import SUBSTRATES, verdict
+    typed = [c.record["key"] for c in cp.scan() if "quantity" not in c.record]
+    assert not typed, f"claims with a typed verdict: {typed}"
+    for c in cp.scan():
+        r = c.record
+        assert r["substrate"] in SUBSTRATES and r["size"]["runs"] >= 1, r["key"]
+        holds = {q: tuple(t) for q, t in r["holds"].items()}
+        part = None if r["in_part"] is None else {q: tuple(t) for q, t in r["in_part"].items()}
+        one = list(holds) == ["value"]
+        assert r["verdict"] == verdict(r["value"], holds["value"] if one else holds,
+                                       (part or {}).get("value") if one else part), r["key"]
+    for part_, docs in cp.parts():
+        for doc in docs:
+            path = ROOT / f"{doc}.ipynb"
+            if path.exists():
+                code = "".join(line for cell in json.loads(path.read_text(encoding="utf8"))["cells"]
+                               if cell["cell_type"] == "code" for line in cell["source"])
+                assert not re.search(r"\bverdict\s*=", code), f"{doc}: a claim( call types its verdict"
+
+
+def test_claim_computes_its_verdict_and_checks_its_arguments(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display",
                         lambda obj, metadata=None, raw=False: shown.append({**obj, **metadata}))
-    kw = dict(paper="A et al. 2020", claimed="x is small", measured="x = 0.1")
-    claim("t-ok", **kw, verdict="holds", check=True)
+    kw = dict(paper="A et al. 2020", claimed="x is small", quantity="x", substrate="formula",
+              runs=1, measured="x = 0.1", why_part="x is smallish", why_not="x is large")
+    assert claim("t-ok", value=0.1, holds=("<=", 0.2), **kw)["verdict"] == "holds"
     assert shown[-1][CLAIM_KEY]["key"] == "t-ok" and "x = 0.1" in shown[-1]["text/markdown"]
+    assert claim("t-part", value=0.3, holds=("<=", 0.2), in_part=("<=", 0.5), **kw)["verdict"] \
+        == "holds in part"
+    assert claim("t-not", value=0.9, holds=("<=", 0.2), in_part=("<=", 0.5), **kw)["verdict"] \
+        == "does not hold here"
+    many = claim("t-two", value={"a": 1.0, "b": 5.0}, holds={"a": (">=", 1), "b": ("<", 2)},
+                 in_part={"a": (">=", 1)}, **kw)
+    assert many["verdict"] == "holds in part"
     with pytest.raises(AssertionError, match="t-bad"):
-        claim("t-bad", **kw, verdict="holds", check=False)
-    with pytest.raises(ValueError, match="verdict"):
-        claim("t-v", **kw, verdict="true", check=True)
-    with pytest.raises(ValueError, match="why"):
-        claim("t-w", **kw, verdict="holds in part", check=True)
-    with pytest.raises(ValueError, match="measured"):
-        claim("t-m", **{**kw, "measured": ""}, verdict="holds", check=True)
-    assert len(shown) == 1
+        claim("t-bad", value=0.1, holds=("<=", 0.2), check=False, **kw)
+    with pytest.raises(ValueError, match="holds"):
+        claim("t-none", value=0.1, holds=None, **kw)
+    with pytest.raises(ValueError, match="substrate"):
+        claim("t-sub", value=0.1, holds=("<=", 0.2), **{**kw, "substrate": "vibes"})
+    with pytest.raises(ValueError, match="why_not"):
+        claim("t-why", value=0.9, holds=("<=", 0.2), **{**kw, "why_not": ""})
+    with pytest.raises(ValueError, match="finite"):
+        claim("t-nan", value=float("nan"), holds=("<=", 0.2), **kw)
+    with pytest.raises(ValueError, match="op"):
+        claim("t-op", value=0.1, holds=("~", 0.2), **kw)
 
 
 def test_page_flags_repeated_keys(monkeypatch):

@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHECK = ROOT / "tools" / "gpu_check.py"
 
 
-def _run(out, *args, timeout=170):
+def _run(out, *args, timeout=420):
     return subprocess.run([sys.executable, str(CHECK), "--out", str(out), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -23,7 +23,7 @@ def test_dry_run_measures_every_section(tmp_path):
     secs = report["sections"]
     assert list(secs) == ["machine", "tests", "codecs", "hooks", "p3", "notebooks"]
     assert all(s["status"] == "done" for s in secs.values()), {n: s["status"] for n, s in secs.items()}
-    assert report["dry_run"] and report["seconds"] < 150
+    assert report["dry_run"] and report["seconds"] < 400
     assert secs["machine"]["info"]["torch"] and "cpu cores" in secs["machine"]["info"]
     tests, = secs["tests"]["rows"]
     assert tests["ok"] and tests["failed"] == 0 and tests["skipped"] > 0  # no GPU: all skip

@@ -96,6 +96,7 @@ def _stored_timed(path):
     return rows
 
 
+@pytest.mark.timeout(900)  # real runs: minutes on a loaded 2-core machine
 def test_a_merge_measures_only_the_named_method_and_keeps_the_others_bitwise(tmp_path):
     path = tmp_path / "grid.json"
     rows = _stored_timed(path)
@@ -112,6 +113,7 @@ def test_a_merge_measures_only_the_named_method_and_keeps_the_others_bitwise(tmp
     assert "--merge" in data["_meta"]["merges"][0]["command"] and not data.get("partial")
 
 
+@pytest.mark.timeout(900)  # real runs: minutes on a loaded 2-core machine
 def test_a_heldout_merge_predicts_every_method_again(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_ADVISE_CACHE", str(tmp_path / "cache"))
     fp32 = {"method": "fp32", "model": "mlp", "world": 2, "compute_s": 0.001, "codec_s": 0.0,

@@ -145,3 +145,49 @@ def test_two_torchrun_nodes_equal_one_launch_of_four_ranks(rendezvous, single, t
     assert h.rank_bytes == single.rank_bytes == [2 * n * STEPS] * 4
     # no --network: nothing is emulated; the ledger's seconds are the real collectives
     assert h.modeled_comm_s == [0.0] * STEPS and all(s > 0 for s in h.comm_s)
+
+
+def test_two_nodes_in_namespaces_over_a_shaped_link(single, tmp_path):
+    """The two nodes as two network namespaces, each with its own address and a NIC shaped to
+    1 Gb/s (lab.comm.kernel), rendezvous over c10d across that link: the same run as one
+    launch of 4 ranks, bit for bit; afterwards no namespace and no process of the run is left."""
+    from lab.comm import Network, kernel
+    why = kernel.unavailable()
+    if why:
+        pytest.skip(f"kernel links unavailable: {why}")
+    out, procs, seen = tmp_path / "out", [], {}
+    logs = [tmp_path / f"node{i}.log" for i in range(2)]
+    with kernel.KernelCluster(2, Network.parse("1Gbps")) as nodes:
+        host, port = nodes.address(0), 29400  # a fresh namespace: the port is free
+        env = {**_env(), "GLOO_SOCKET_IFNAME": kernel.NIC}
+        try:
+            for i in range(2):
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                       "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                       "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", "lab-netns-test",
+                       "--local-addr", nodes.address(i),
+                       # which node hosts the store: a namespace's addresses are not in the
+                       # host's name service, so torchrun cannot tell by itself
+                       "--rdzv-conf", f"is_host={'true' if i == 0 else 'false'}",
+                       *TRAIN, "--out", str(out)]
+                with open(logs[i], "w") as f:
+                    procs.append(subprocess.Popen(["ip", "netns", "exec", nodes.namespace(i), *cmd],
+                                                  cwd=tmp_path, env=env, stdout=f,
+                                                  stderr=subprocess.STDOUT))
+            deadline = time.monotonic() + DEADLINE
+            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                _tree(procs, seen)
+                if any(p.poll() not in (None, 0) for p in procs):
+                    break
+                time.sleep(0.5)
+        finally:
+            leftovers = _end(procs, seen)
+        names = [nodes.switch, nodes.namespace(0), nodes.namespace(1)]
+    codes = [p.returncode for p in procs]
+    assert codes == [0, 0], "\n".join(log.read_text()[-2000:] for log in logs)
+    assert not leftovers
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in listed for n in names)
+    h = History.from_json(out / "history.json")
+    assert h.loss == pytest.approx(single.loss, rel=1e-6, abs=0)
+    assert h.bytes == single.bytes and h.rank_bytes == single.rank_bytes

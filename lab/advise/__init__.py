@@ -4,7 +4,9 @@
 predicted time to a target quality (:mod:`lab.advise.estimate`): one step's compute and codec time
 measured on this machine, its ledger traffic priced on the link by the alpha-beta model, and the
 number of steps from the convergence penalties that Part 10's runs measured
-(``python -m lab bench grid``). ``python -m lab advise`` is the same from the shell.
+(``python -m lab bench grid``). ``python -m lab advise`` is the same from the shell. A model of
+your own, given by its parameter count and compute time, has its codec time measured per value
+on this machine, one process at a time (:mod:`lab.advise.codec_speed`).
 """
 from __future__ import annotations
 
@@ -41,8 +43,13 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
 
     ``model`` is one of ``lab.models.names()``; or give ``params`` (a parameter count) and
     ``compute_ms`` (forward + backward per step and rank) to describe your own: the ``model``'s
-    measured traffic and codec time are then scaled by ``params`` over its parameter count (both
-    are proportional to the gradient's size) and compute is yours. ``network`` is a
+    measured traffic is then scaled by ``params`` over its parameter count (bytes are per
+    value), compute is yours, and each method's codec time is its time per value measured on
+    this machine, one process at a time, on a gradient of ``model``'s layers scaled up
+    (:func:`lab.advise.codec_speed.per_value`), times ``params``: never a profile of
+    ``workers`` ranks sharing this machine's cores, scaled. fp32 and the other methods without
+    a codec have none. Communication is the link's alpha-beta price alone (the loopback floor
+    of a profile is this machine's, not your cluster's). ``network`` is a
     :class:`~lab.comm.network.Network`, a preset or ``"1Gbps,1ms"``; ``target`` a held-out
     accuracy (default: the one the model's convergence curves were measured for). Profiles are measured on
     ``workers`` local ranks for ``steps`` steps once and cached. A model without stored curves
@@ -63,14 +70,22 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     profiles = measure(chosen, model=model, world=workers, steps=steps, use_cache=use_cache)
     conv = None
     if params is not None:
-        profiles = {k: _scaled(v, params, compute_ms / 1e3) for k, v in profiles.items()}
+        from .codec_speed import per_value
+        codec, server, _ = per_value(chosen, model, workers, params, use_cache)
+        profiles = {k: _scaled(v, params, compute_ms / 1e3, codec[k] * params,
+                               server * params * (v.world - 1))
+                    for k, v in profiles.items()}
     else:
         conv = curves_for(model, chosen, target, probe, use_cache)
     return predict(profiles, workers, link, model, conv=conv, target=target)
 
 
-def _scaled(prof: StepProfile, params: int, compute_s: float) -> StepProfile:
+def _scaled(prof: StepProfile, params: int, compute_s: float, codec_s: float,
+            server_s: float = 0.0) -> StepProfile:
+    """``prof`` as a model of ``params`` values would have it: traffic scaled by ``params``
+    over the profiled model's size, and compute, codec time and (a parameter server) the
+    server's work per step as given; no loopback floor (``comm_s``: it is this machine's)."""
     f = params / prof.params
     traffic = {op: [calls, nbytes * f] for op, (calls, nbytes) in prof.traffic.items()}
-    return replace(prof, compute_s=compute_s, codec_s=prof.codec_s * f, traffic=traffic,
-                   params=params, server_s=prof.server_s * f)   # a server's update: per parameter
+    return replace(prof, compute_s=compute_s, codec_s=codec_s, traffic=traffic, params=params,
+                   comm_s=0.0, server_s=server_s if prof.server_s else 0.0)

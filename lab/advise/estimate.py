@@ -137,14 +137,33 @@ def penalty(conv: dict, method: str, p: int, target: float | None = None
 
 
 def _same_settings(conv: dict, method: str) -> bool:
-    """Whether the stored curves were measured with the method's current settings."""
+    """Whether the stored curves were measured with the method's current settings (a
+    TrainConfig field added since they were, left at its default, changes nothing)."""
     stored = conv.get("settings", {}).get(method)
     if stored is None or "model" not in stored:
         return stored is None and "settings" not in conv   # hand-made data in tests
     from .methods import base_config
-    now = METHODS[method].config(base_config(stored["model"])).to_dict()
-    keep = lambda d: {k: v for k, v in d.items() if k not in ("steps", "eval_every")}  # noqa: E731
-    return keep(json.loads(json.dumps(now, default=str))) == keep(stored)
+    from ..train import TrainConfig
+    as_stored = lambda cfg: json.loads(json.dumps(cfg.to_dict(), default=str))  # noqa: E731
+    now = as_stored(METHODS[method].config(base_config(stored["model"])))
+    default = as_stored(TrainConfig())
+    for k in set(now) | set(stored):
+        if k in RUN_CONTROL:
+            continue
+        if k not in now:
+            return False          # a setting that no longer exists
+        if k not in stored:       # a field added since: the same runs if it is at its default
+            if now[k] != default.get(k):
+                return False
+        elif now[k] != stored[k]:
+            return False
+    return True
+
+
+#: TrainConfig fields that say how long a run goes or when it stops, not what it computes: the
+#: curves of a run hold for any of their values (stop_on_divergence only stops a run that
+#: diverged, and the advisor's runs do not).
+RUN_CONTROL = ("steps", "eval_every", "stop_on_divergence")
 
 
 def borrowed_penalty(method: str, p: int, path=CONVERGENCE, exclude: str = ""

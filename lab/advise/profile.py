@@ -89,8 +89,10 @@ def write_cache(path: Path, data: dict) -> None:
 
 
 def _digest(cfg) -> str:
-    """A short hash of a TrainConfig: a cached profile is reused only for the same training."""
-    text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    """A short hash of a TrainConfig: a cached profile is reused only for the same training
+    (whether it would stop on divergence does not change what it computes)."""
+    d = {k: v for k, v in cfg.to_dict().items() if k != "stop_on_divergence"}
+    text = json.dumps(d, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

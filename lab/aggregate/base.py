@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from ..comm import Collective
 from ..compress import Compressor
 from ..registry import Registry
+
+#: ``layerwise``: each tensor on its own (True) or one flat vector (False)
+LAYERWISE = Arg(bool, help="aggregate tensor by tensor (True) or one flat vector (False)")
+#: a momentum or moving-average factor
+FACTOR = Arg(float, ge=0, lt=1, help="momentum factor")
 
 #: Every aggregator by name: ``REGISTRY.names()``, ``REGISTRY.make(name, ...)``.
 REGISTRY = Registry("aggregator")
 register = REGISTRY.register
 
 
+@takes(compressor=Arg(Compressor, none=True, help="the codec of a compressing aggregator"),
+       layerwise=LAYERWISE)
 class Aggregator:
     """``aggregate(grads, step) -> grads``: the estimate of the mean gradient over ranks.
 

@@ -24,32 +24,20 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
-from .robust import RobustAggregator
-
-
-def _check(tau, iters, beta) -> None:
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
-        raise ValueError(f"centered_clip: tau must be a number > 0, got {tau!r}")
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise ValueError(f"centered_clip: iters must be an int >= 1, got {iters!r}")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta < 1:
-        raise ValueError(f"centered_clip: beta (worker momentum) must be in [0, 1), got {beta!r}")
+from ..argspec import Arg, takes
+from .base import LAYERWISE, register
+from .robust import RobustAggregator, whole
 
 
 @register("centered_clip")
+@takes(tau=Arg(float, gt=0, help="clipping radius"),
+       iters=Arg(int, ge=1, le=1000, help="clipping iterations per step"),
+       beta=Arg(float, ge=0, lt=1, help="worker momentum"), layerwise=LAYERWISE, rule=whole)
 class CenteredClip(RobustAggregator):
     name = "centered_clip"
 
-    @classmethod
-    def check(cls, cfg, workers):
-        super().check(cfg, workers)
-        kw = cfg.aggregator_kw
-        _check(kw.get("tau", 1.0), kw.get("iters", 1), kw.get("beta", 0.9))
-
     def __init__(self, comm, tau: float = 1.0, iters: int = 1, beta: float = 0.9,
                  layerwise: bool = False):
-        _check(tau, iters, beta)
         super().__init__(comm, layerwise)
         self.tau, self.iters, self.beta = float(tau), iters, float(beta)
         self.previous = None  # v, the last aggregate

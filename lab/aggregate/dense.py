@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import Aggregator, register
+from ..argspec import Arg, takes
+from ..compress import Compressor
+from .base import LAYERWISE, Aggregator, register
 
 
 @register("allreduce")
@@ -23,6 +25,7 @@ class DenseAllreduce(Aggregator):
 
 
 @register("compressed")
+@takes(compressor=Arg(Compressor, help="the codec (TrainConfig's compressor)"), layerwise=LAYERWISE)
 class CompressedExchange(Aggregator):
     """Compress, exchange, decompress, average.
 
@@ -35,8 +38,6 @@ class CompressedExchange(Aggregator):
     uses_compressor = True
 
     def __init__(self, comm, compressor=None, layerwise=False):
-        if compressor is None:
-            raise ValueError("compressed aggregator needs compressor=")
         super().__init__(comm, compressor, layerwise)
 
     def reduce(self, tensor, key, step):

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from ..compress.base import check_finite
-from ..compress.base import check_int
 from ..compress.sign import sign_bits, signs_from_bits
 from ..compress.wire import Part, WireFormat
-from .base import Aggregator, register
+from .base import FACTOR, LAYERWISE, Aggregator, register
 
 #: a worker's message to the server of a chunk of n values: the scales' bytes, then the signs
 UP = WireFormat(Part("message", torch.uint8, "4 * ceil(n / block) + ceil(n / 8)"),
@@ -75,17 +75,16 @@ def block_decompress(signs: torch.Tensor, scales: torch.Tensor, numel: int, bloc
 
 
 @register("dist_ef_sgd")
+@takes(block_size=Arg(int, ge=1, le=2 ** 24, none=True, help="values per scale (None: one "
+                                                          "block)"),
+       momentum=FACTOR, layerwise=LAYERWISE)
 class DistEFSGD(Aggregator):
     name = "dist_ef_sgd"
 
     def __init__(self, comm, block_size: int | None = 1024, momentum: float = 0.0,
                  layerwise: bool = False):
         super().__init__(comm, None, layerwise)
-        self.block_size = check_int("block_size", block_size, 1, allow_none=True)
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
-            raise TypeError(f"momentum must be a number, got {type(momentum).__name__}")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        self.block_size = block_size
         self.momentum = float(momentum)
         self.worker_error: dict = {}
         self.server_error: dict = {}

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
-from .robust import RobustAggregator, check_f
+from ..argspec import Arg, takes
+from .base import LAYERWISE, register
+from .robust import F, RobustAggregator, check_f, whole
 
 
 def krum_scores(vectors: torch.Tensor, f: int) -> torch.Tensor:
@@ -31,14 +32,13 @@ def krum_scores(vectors: torch.Tensor, f: int) -> torch.Tensor:
 
 
 @register("multikrum")
+@takes(f=F, m=Arg(int, ge=1, none=True, help="vectors averaged (None: n - f)"), layerwise=LAYERWISE,
+       rule=whole)
 class MultiKrum(RobustAggregator):
     name = "multikrum"
 
     def __init__(self, comm, f: int = 1, m: int | None = None, layerwise: bool = False):
-        self.f = check_f(self.name, f)
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ValueError(f"{self.name}: m must be an int >= 1, got {m!r}")
-        self.m = m
+        self.f, self.m = f, m
         super().__init__(comm, layerwise)
 
     @classmethod
@@ -69,6 +69,7 @@ class MultiKrum(RobustAggregator):
 
 
 @register("krum")
+@takes(f=F, layerwise=LAYERWISE, rule=whole)
 class Krum(MultiKrum):
     name = "krum"
 

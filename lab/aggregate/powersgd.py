@@ -36,9 +36,18 @@ import hashlib
 
 import torch
 
+from ..argspec import SEED, Arg, takes
 from ..comm import Collective
-from ..compress.base import check_finite, check_int
-from .base import Aggregator, register
+from ..compress.base import check_finite
+from .base import LAYERWISE, Aggregator, register
+
+#: PowerSGD's arguments, shared by the aggregator and the DDP hook (``lab.hooks``)
+POWER = dict(rank=Arg(int, ge=1, le=2 ** 16, help="rank of the approximation"),
+             warm_start=Arg(bool, help="start each step's power iteration from the last Q"),
+             error_feedback=Arg(bool, help="keep the approximation's error for the next step"),
+             min_compression_rate=Arg(float, gt=0, help="compress a matrix only if it saves "
+                                                        "this factor"),
+             seed=SEED)
 
 
 def orthogonalize(m: torch.Tensor) -> torch.Tensor:
@@ -58,6 +67,7 @@ def should_compress(n: int, m: int, rank: int, min_rate: float) -> bool:
     return (n + m) * rank * min_rate < n * m
 
 
+@takes(**POWER, start_iter=Arg(int, ge=0, help="plain allreduce steps first"))
 class PowerSGD:
     """The state and step of PowerSGD over a list of tensors (one list per ``key``).
 
@@ -73,11 +83,7 @@ class PowerSGD:
                  error_feedback: bool = True, min_compression_rate: float = 2.0,
                  start_iter: int = 0, seed: int = 0):
         self.comm = comm
-        self.rank = check_int("rank", rank, 1)
-        self.start_iter = check_int("start_iter", start_iter, 0)
-        self.seed = check_int("seed", seed, 0)
-        if not isinstance(min_compression_rate, (int, float)) or min_compression_rate <= 0:
-            raise ValueError(f"min_compression_rate must be a positive number, got {min_compression_rate!r}")
+        self.rank, self.start_iter, self.seed = rank, start_iter, seed
         self.warm_start, self.error_feedback = bool(warm_start), bool(error_feedback)
         self.min_rate = float(min_compression_rate)
         self.q: dict = {}        # key -> list of Q (m x r), one per compressed matrix
@@ -161,6 +167,7 @@ class PowerSGD:
 
 
 @register("powersgd")
+@takes(**POWER, layerwise=LAYERWISE)
 class PowerSGDAggregator(Aggregator):
     """PowerSGD on the model's tensors (``rank``, ``warm_start``, ``error_feedback``,
     ``min_compression_rate``, ``seed``); always per layer, as the paper prescribes."""

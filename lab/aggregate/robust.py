@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import torch
 
-import inspect
+from ..argspec import Arg, takes
+from .base import LAYERWISE, Aggregator
 
-from .base import Aggregator
+#: the number of Byzantine workers a rule tolerates
+F = Arg(int, ge=0, help="Byzantine workers tolerated")
+
+
+def whole(values: dict) -> str | None:
+    """The rule of every robust aggregator: it acts on the whole gradient."""
+    return "robust rules act on the whole gradient (layerwise=False)" \
+        if values.get("layerwise") else None
 
 
 def check_f(name: str, f) -> int:
-    """``f``, the number of Byzantine workers a rule tolerates, must be an int >= 0."""
-    if isinstance(f, bool) or not isinstance(f, int) or f < 0:
-        raise ValueError(f"{name}: f (Byzantine workers tolerated) must be an int >= 0, got {f!r}")
-    return f
+    """``f`` (:data:`F`), the number of Byzantine workers a rule tolerates: an int >= 0."""
+    return F.check(f, "f", name)
 
 
+@takes(layerwise=LAYERWISE, rule=whole)
 class RobustAggregator(Aggregator):
     """Allgather the flat gradients, drop non-finite rows, apply :meth:`rule`."""
 
@@ -37,12 +44,8 @@ class RobustAggregator(Aggregator):
 
     @classmethod
     def check(cls, cfg, workers):
-        """Before launch: only keyword arguments this rule takes."""
-        allowed = set(inspect.signature(cls.__init__).parameters) - {"self", "comm"}
-        unknown = set(cfg.aggregator_kw) - allowed
-        if unknown:
-            raise ValueError(f"{cls.name}: unknown aggregator_kw {sorted(unknown)} "
-                             f"(known: {sorted(allowed)})")
+        """Before launch, what needs the world size (the names and values of
+        ``aggregator_kw`` are checked when the config is made, from the declaration)."""
 
     def reduce(self, tensor, key, step):
         rows = self.comm.allgather(tensor.detach().reshape(1, -1), tag="grad", same_size=True)

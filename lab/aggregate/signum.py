@@ -15,19 +15,17 @@ from __future__ import annotations
 import torch
 
 from ..compress.base import check_finite
-from .base import register
+from ..argspec import Arg, takes
+from .base import LAYERWISE, register
 from .majority_vote import MajorityVote
 
 
 @register("signum")
+@takes(beta=Arg(float, ge=0, lt=1, help="momentum of the signs' input"), layerwise=LAYERWISE)
 class Signum(MajorityVote):
     name = "signum"
 
     def __init__(self, comm, beta: float = 0.9, layerwise: bool = False):
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)):
-            raise TypeError(f"beta must be a number, got {type(beta).__name__}")
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"beta must be in [0, 1), got {beta}")
         super().__init__(comm, layerwise)
         self.beta = float(beta)
         self.momentum: dict = {}

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import torch
 
-from ..compress.base import check_finite, check_int
-from ..compress.countsketch import sketch_for
-from ..compress.topk import check_density, resolve_k
-from .base import Aggregator, register
+from ..argspec import SEED, Arg, takes
+from ..compress.base import check_finite
+from ..compress.countsketch import ROWS, WIDTH, sketch_for
+from ..compress.topk import DENSITY, KEPT, resolve_k
+from .base import FACTOR, LAYERWISE, Aggregator, register
 
 
 @register("sketchsgd")
+@takes(k=KEPT, density=DENSITY, rows=ROWS, width=WIDTH,
+       candidates=Arg(int, ge=1, le=1000, help="heavy-hitter candidates per value kept"),
+       momentum=FACTOR, seed=SEED, layerwise=LAYERWISE)
 class SketchSGD(Aggregator):
     name = "sketchsgd"
 
@@ -31,13 +35,8 @@ class SketchSGD(Aggregator):
                  width: int = 4096, candidates: int = 2, momentum: float = 0.0, seed: int = 0,
                  layerwise: bool = False):
         super().__init__(comm, None, layerwise)
-        check_density(density, k)
         self.k, self.density = k, density
-        self.rows, self.width = check_int("rows", rows, 1), check_int("width", width, 1)
-        self.candidates = check_int("candidates", candidates, 1)
-        self.seed = check_int("seed", seed, 0)
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.rows, self.width, self.candidates, self.seed = rows, width, candidates, seed
         self.momentum = float(momentum)
         self.u: dict = {}
         self.v: dict = {}

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from ..compress.base import check_finite, check_int, device_generator
-from ..compress.terngrad import check_clip, clip_sigma, ternarize
-from .base import Aggregator, register
+from ..argspec import SEED, takes
+from ..compress.base import check_finite, device_generator
+from ..compress.terngrad import CLIP, clip_sigma, ternarize
+from .base import LAYERWISE, Aggregator, register
 
 
 def pack_fields(u: torch.Tensor, width: int) -> torch.Tensor:
@@ -39,13 +40,13 @@ def unpack_fields(words: torch.Tensor, width: int, numel: int) -> torch.Tensor:
 
 
 @register("terngrad_shared")
+@takes(clip=CLIP, seed=SEED, layerwise=LAYERWISE)
 class TernGradShared(Aggregator):
     name = "terngrad_shared"
 
     def __init__(self, comm, clip: float | None = 2.5, seed: int = 0, layerwise: bool = True):
         super().__init__(comm, None, layerwise)
-        self.clip = check_clip(clip)
-        check_int("seed", seed, 0)
+        self.clip = None if clip is None else float(clip)
         self.generator = torch.Generator().manual_seed(seed + 1_000_003 * comm.rank)
         self._device_generators = {}  # same seed, drawn where the gradient lives
 

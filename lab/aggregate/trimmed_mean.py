@@ -7,16 +7,18 @@ against f (:mod:`lab.aggregate.robust`).
 """
 from __future__ import annotations
 
-from .base import register
-from .robust import RobustAggregator, check_f
+from ..argspec import takes
+from .base import LAYERWISE, register
+from .robust import F, RobustAggregator, check_f, whole
 
 
 @register("trimmed_mean")
+@takes(f=F, layerwise=LAYERWISE, rule=whole)
 class TrimmedMean(RobustAggregator):
     name = "trimmed_mean"
 
     def __init__(self, comm, f: int = 1, layerwise: bool = False):
-        self.f = check_f(self.name, f)
+        self.f = f
         super().__init__(comm, layerwise)
 
     @classmethod

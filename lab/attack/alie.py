@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
+from ..argspec import Arg, takes
 from .base import register
-from .knowledge import StatisticsAttack, check_knowledge
+from .knowledge import KNOWLEDGE_ARG, StatisticsAttack
 
 
 def paper_z(n: int, f: int) -> float:
@@ -28,11 +29,7 @@ def paper_z(n: int, f: int) -> float:
     return NormalDist().inv_cdf(min(max((n - s) / n, 1e-6), 1 - 1e-6))
 
 
-def _check(z, knowledge, byzantine: int) -> None:
-    if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float))
-                          or not math.isfinite(z)):
-        raise ValueError(f"alie: z must be a finite number, got {z!r}")
-    check_knowledge("alie", knowledge)
+def _check(knowledge, byzantine: int) -> None:
     if knowledge == "own" and byzantine == 1:
         raise ValueError("alie: knowledge='own' estimates sigma from the Byzantine workers' own "
                          "gradients and needs byzantine >= 2 (with one, sigma = 0 and it sends "
@@ -40,15 +37,19 @@ def _check(z, knowledge, byzantine: int) -> None:
 
 
 @register("alie")
+@takes(byzantine=Arg(bool), z=Arg(float, none=True, help="standard deviations below the mean "
+                                                         "(None: the paper's z)"),
+       knowledge=KNOWLEDGE_ARG)
 class ALIE(StatisticsAttack):
     name = "alie"
 
     @classmethod
-    def check(cls, cfg, workers):
-        _check(cfg.attack_kw.get("z"), cfg.attack_kw.get("knowledge", "own"), cfg.byzantine)
+    def check_config(cls, cfg):
+        """Before launch, with the config: the knowledge model fits the number of attackers."""
+        _check(cfg.attack_kw.get("knowledge", "own"), cfg.byzantine)
 
     def __init__(self, engine, byzantine, z: float | None = None, knowledge: str = "own"):
-        _check(z, knowledge, engine.cfg.byzantine)
+        _check(knowledge, engine.cfg.byzantine)
         super().__init__(engine, byzantine, knowledge)
         self.z = paper_z(engine.world_size, engine.cfg.byzantine) if z is None else float(z)
 

@@ -1,20 +1,8 @@
-"""Argument checks shared by the attacks, usable before launch (``check(cfg, workers)``)."""
+"""Argument declarations shared by the attacks (:mod:`lab.argspec`): checked when an attack is
+built and, from the same declaration, when a ``TrainConfig`` names it (before launch)."""
 from __future__ import annotations
 
-import math
+from ..argspec import Arg
 
-
-def positive(attack: str, name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or not math.isfinite(value):
-        raise ValueError(f"{attack}: {name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def checker(attack: str):
-    """A ``check(cls, cfg, workers)`` classmethod: positive values (unknown keys are refused by
-    ``TrainConfig`` itself, from the attack's signature)."""
-    def check(cls, cfg, workers):
-        for k, v in cfg.attack_kw.items():
-            positive(attack, k, v)
-    return classmethod(check)
+#: a strength: a finite number > 0
+POSITIVE = Arg(float, gt=0, help="strength of the attack")

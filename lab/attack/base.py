@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from ..engine import Engine
 from ..registry import Registry
 
@@ -14,6 +15,7 @@ REGISTRY = Registry("attack")
 register = REGISTRY.register
 
 
+@takes(byzantine=Arg(bool, help="whether this rank misbehaves"))
 class Attack:
     """What a rank sends: :meth:`on_batch` may change the batch it trains on and
     :meth:`on_gradient` the gradients it hands to the aggregator. Honest ranks

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import torch
 
-from .args import checker, positive
+from ..argspec import Arg, takes
 from .base import Attack, register
 
 
 @register("gaussian")
+@takes(byzantine=Arg(bool), sigma=Arg(float, gt=0, help="standard deviation of the noise sent"))
 class Gaussian(Attack):
     name = "gaussian"
-    check = checker("gaussian")
 
     def __init__(self, engine, byzantine, sigma: float = 100.0):
         super().__init__(engine, byzantine)
-        self.sigma = positive("gaussian", "sigma", sigma)
+        self.sigma = float(sigma)
         self.gen = torch.Generator().manual_seed(engine.cfg.seed * 7919 + engine.rank)
 
     def on_gradient(self, grads, step):

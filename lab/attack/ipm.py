@@ -12,23 +12,20 @@ travel: :mod:`lab.attack.knowledge`.
 """
 from __future__ import annotations
 
-from .args import positive
+from ..argspec import Arg, takes
+from .args import POSITIVE
 from .base import register
-from .knowledge import StatisticsAttack, check_knowledge
+from .knowledge import KNOWLEDGE_ARG, StatisticsAttack
 
 
 @register("ipm")
+@takes(byzantine=Arg(bool), epsilon=POSITIVE, knowledge=KNOWLEDGE_ARG)
 class IPM(StatisticsAttack):
     name = "ipm"
     needs_spread = False
 
-    @classmethod
-    def check(cls, cfg, workers):
-        positive("ipm", "epsilon", cfg.attack_kw.get("epsilon", 0.1))
-        check_knowledge("ipm", cfg.attack_kw.get("knowledge", "honest"))
-
     def __init__(self, engine, byzantine, epsilon: float = 0.1, knowledge: str = "honest"):
-        self.epsilon = positive("ipm", "epsilon", epsilon)
+        self.epsilon = float(epsilon)
         super().__init__(engine, byzantine, knowledge)
 
     def forge(self, mean, std):

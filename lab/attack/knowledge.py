@@ -21,18 +21,19 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ..argspec import Arg
 from ..comm import Collective
 from .base import Attack
 
 KNOWLEDGE = ("own", "honest")
+#: whose messages the statistics come from: the attackers' own, or the honest workers'
+KNOWLEDGE_ARG = Arg(str, choices=KNOWLEDGE, help="'own': statistics of the Byzantine workers' "
+                    "own gradients; 'honest': of the honest workers' gradients (omniscient)")
 
 
 def check_knowledge(attack: str, knowledge) -> str:
-    if not isinstance(knowledge, str) or knowledge not in KNOWLEDGE:
-        raise ValueError(f"{attack}: knowledge must be 'own' (statistics of the Byzantine "
-                         f"workers' own gradients) or 'honest' (of the honest workers' "
-                         f"gradients, omniscient), got {knowledge!r}")
-    return knowledge
+    """``knowledge`` (:data:`KNOWLEDGE_ARG`); an error names ``attack``."""
+    return KNOWLEDGE_ARG.check(knowledge, "knowledge", attack)
 
 
 class StatisticsAttack(Attack):

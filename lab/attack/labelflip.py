@@ -18,10 +18,13 @@ class LabelFlip(Attack):
         self.classes = engine.data.num_outputs
 
     @classmethod
-    def check(cls, cfg, workers):
-        if cfg.data not in ("digits", "blobs"):
+    def check_config(cls, cfg):
+        """Before launch, with the config: the data set is a classification one."""
+        from .. import data
+        if data.task_of(cfg.data) != "classify":
+            kinds = ", ".join(n for n in data.names() if data.task_of(n) == "classify")
             raise ValueError(f"attack='labelflip' needs a classification dataset "
-                             f"(digits, blobs), got data={cfg.data!r}")
+                             f"({kinds}), got data={cfg.data!r}")
 
     def on_batch(self, x, y, step):
         return (x, self.classes - 1 - y) if self.byzantine else (x, y)

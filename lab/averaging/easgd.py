@@ -30,28 +30,29 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from .base import Averaging, register
-from .params import flat, load, positive_int
+from .params import flat, load
 
 ORDERS = ("paper", "pull_after_step")
 
 
-def check_order(order) -> str:
-    if order not in ORDERS:
-        raise ValueError(f"easgd: order must be one of {ORDERS}, got {order!r}")
-    return order
-
-
 @register("easgd")
+@takes(period=Arg(int, ge=1, help="steps between elastic exchanges (tau)"),
+       rho=Arg(float, gt=0, none=True, help="elastic force (alpha = lr * rho)"),
+       beta=Arg(float, gt=0, le=1, none=True, help="moving rate p * alpha (default 0.9)"),
+       order=Arg(str, choices=ORDERS, help="the paper's update or the sequential variant"),
+       rule=lambda a: "give rho or beta, not both"
+       if a["rho"] is not None and a["beta"] is not None else None)
 class EASGD(Averaging):
     name = "easgd"
 
     def __init__(self, engine, period: int = 4, rho: float | None = None,
                  beta: float | None = None, order: str = "paper"):
         super().__init__(engine)
-        self.period = positive_int("period", period)
+        self.period = period
         self.alpha = self.moving_rate(engine.cfg.lr, engine.world_size, rho, beta)
-        self.order = check_order(order)
+        self.order = order
         self.center = flat(engine.params)  # every replica starts from the same point
         # paper order: x_i^t - x~^t as step t began (zero at t = 0)
         self.start_diff = torch.zeros_like(self.center)
@@ -78,10 +79,8 @@ class EASGD(Averaging):
 
     @classmethod
     def check(cls, cfg, workers):
-        kw = cfg.averaging_kw
+        kw = cfg.averaging_kw  # types and ranges: checked from the declaration already
         cls.moving_rate(cfg.lr, workers, kw.get("rho"), kw.get("beta"))
-        positive_int("period", kw.get("period", 4))
-        check_order(kw.get("order", "paper"))
 
     def exchange_gradients(self, step):
         return False

@@ -16,23 +16,20 @@ x - lr mean(g_i).
 """
 from __future__ import annotations
 
+from ..argspec import Arg, takes
 from .base import Averaging, register
-from .params import average, positive_int
+from .params import average
 
 
 @register("local")
+@takes(period=Arg(int, ge=1, help="local steps between averages (H)"),
+       warmup=Arg(int, ge=0, help="synchronous steps first (post-local SGD)"))
 class LocalSGD(Averaging):
     name = "local"
 
     def __init__(self, engine, period: int = 8, warmup: int = 0):
         super().__init__(engine)
-        self.period = positive_int("period", period)
-        self.warmup = positive_int("warmup", warmup, minimum=0)
-
-    @classmethod
-    def check(cls, cfg, workers):
-        positive_int("period", cfg.averaging_kw.get("period", 8))
-        positive_int("warmup", cfg.averaging_kw.get("warmup", 0), minimum=0)
+        self.period, self.warmup = period, warmup
 
     def exchange_gradients(self, step):
         return step < self.warmup  # the dense warm-up of post-local SGD

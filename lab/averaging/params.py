@@ -35,9 +35,3 @@ def average(engine, tag: str = "params") -> torch.Tensor:
     v.div_(engine.world_size)
     load(engine.params, v)
     return v
-
-
-def positive_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value

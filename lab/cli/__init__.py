@@ -13,6 +13,7 @@ import importlib
 import sys
 
 from .args import _close
+from .formatting import EXIT_STATUS, interrupted
 
 #: subcommand -> its module under ``lab.cli`` (each has ``parser()``, ``main(argv)`` and ``HELP``)
 COMMANDS = ("train", "list", "pipeline", "ensemble", "hogwild", "advise", "bench")
@@ -24,20 +25,26 @@ DESCRIPTION = """run experiments from the shell, or under torchrun:
     python -m lab train --model mlp --data digits --workers 4 --steps 200 \\
         --compressor fp16 --network 1Gbps --out runs/fp16
     torchrun --nproc-per-node 4 -m lab train --model mlp --compressor topk --compressor-kw density=0.01
-    python -m lab list           # models, data sets, codecs, aggregators, networks
+    python -m lab list           # models, data sets, compressors, aggregators, networks
+    python -m lab advise --model mlp --workers 8 --network 1Gbps,1ms   # which method (Part 10)
     python -m lab bench launch   # benchmarks (see python -m lab bench --help)
-    python -m lab COMMAND --help # the flags of COMMAND
+    python -m lab COMMAND --help # the flags of COMMAND, with their defaults
 """
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab COMMAND ARGS``: run ``COMMAND`` (its exit status), or print the
-    commands. An unknown command gets a did-you-mean."""
+    commands. An unknown command gets a did-you-mean; Ctrl-C ends a command with one line on
+    stderr and exit status 130."""
     # [*argv], not list(argv): importing the submodule lab.cli.list makes ``list`` it, here
     argv = sys.argv[1:] if argv is None else [*argv]
     if argv[:1] and argv[0] in COMMANDS:
-        return importlib.import_module(f"{__name__}.{argv[0]}").main(argv[1:])
+        try:
+            return importlib.import_module(f"{__name__}.{argv[0]}").main(argv[1:])
+        except KeyboardInterrupt:   # the launch ended every rank on its way out
+            return interrupted()
     parser = argparse.ArgumentParser(prog="python -m lab", description=DESCRIPTION,
+                                     epilog=EXIT_STATUS,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:

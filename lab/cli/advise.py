@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from .args import integer, kind_type, network_type, number, parser as new_parser
+from .args import integer, kind_type, number, parser as new_parser
+from .formatting import link_type, with_defaults
 
 HELP = "which method to use on a given cluster: python -m lab advise --help"
 
@@ -15,20 +16,23 @@ HELP = "which method to use on a given cluster: python -m lab advise --help"
 def parser():
     """The parser of ``python -m lab advise``."""
     from ..advise import METHODS
-    ap = new_parser("python -m lab advise", __doc__)
+    ap = with_defaults(new_parser("python -m lab advise", __doc__))
     ap.add_argument("--model", default="mlp", type=kind_type("model", "advise"),
-                    help="the model whose traffic and codec time are measured (default mlp)")
+                    help="the model whose step is measured (with --params: whose traffic is "
+                         "scaled and whose layer shapes the codecs are timed on)")
     ap.add_argument("--workers", type=integer(2), default=4, help="ranks (>= 2)")
-    ap.add_argument("--network", default="1gbps", type=network_type("advise"),
+    ap.add_argument("--network", default="1gbps", type=link_type("advise"),
                     help="the link: a preset (1gbps, 10gbps, ...) or 'BANDWIDTH,LATENCY', "
                          "e.g. 1Gbps,1ms")
     ap.add_argument("--target", type=number(0, 1, lo_open=True), default=None,
                     help="held-out accuracy to reach (default: the stored curves' target)")
     ap.add_argument("--params", type=number(0, lo_open=True), default=None,
-                    help="your model's parameter count (with --compute-ms): traffic and codec "
-                         "time are scaled from --model's")
+                    help="your model's parameter count (with --compute-ms): --model's traffic "
+                         "is scaled to it, and each codec's time per value is measured on this "
+                         "machine, one process at a time (default: --model itself)")
     ap.add_argument("--compute-ms", type=number(0, lo_open=True), default=None,
-                    help="your forward + backward time per step and rank, in ms (with --params)")
+                    help="your forward + backward time per step and rank, in ms (with --params; "
+                         "default: --model's, measured)")
     ap.add_argument("--methods", nargs="+", default=None, type=kind_type("method", "advise"),
                     metavar="METHOD",
                     help=f"rank only these (default: all of {', '.join(METHODS)})")

@@ -5,7 +5,10 @@ process starts, and a bad value becomes argparse's own error, which names the fl
 with status 2. Names are checked against every registry of the library, so a misspelt name gets
 a did-you-mean and a name of another kind gets a pointer to the flag that takes it
 (``--aggregator atomo``: atomo is a compressor, use ``--compressor atomo``); numbers say their
-range.
+range. Numbers are read by :meth:`lab.argspec.Arg.parse`, the declaration the Python API checks
+too (:func:`arg_type` makes a flag's type of any declaration, e.g. a ``TrainConfig`` field's:
+``arg_type(settings(TrainConfig)["lr"])``), and ``K=V`` values are checked by the library
+against the named scheme's declaration when the config is made.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import ast
 import difflib
 import math
 import pathlib
+
+from ..argspec import Arg, ArgumentError
 
 #: kind -> (what one is called, the flag that takes it, the commands that have that flag, its
 #: group). A name of another kind of the same group gets a pointer to that kind's flag; the
@@ -138,11 +143,12 @@ def network_type(command: str = "train"):
         try:
             Network.parse(value)
         except ValueError as e:
-            try:
-                name_of("network", value, command)
-            except argparse.ArgumentTypeError as named:
-                if "did you mean" in str(named) or " is a" in str(named):
-                    raise named from None
+            if "needs a unit" not in str(e) and "out of range" not in str(e):  # not a rate
+                try:
+                    name_of("network", value, command)
+                except argparse.ArgumentTypeError as named:
+                    if "did you mean" in str(named) or " is a" in str(named):
+                        raise named from None
             raise argparse.ArgumentTypeError(str(e)) from None
         return value
     check.__name__ = "network"
@@ -159,56 +165,46 @@ def network_schedule(value: str) -> str:
     return value
 
 
+def arg_type(arg: Arg, name: str = "value"):
+    """An argparse ``type`` reading a flag's text with ``arg`` (:meth:`Arg.parse`): the same
+    declaration, so the same values, as the Python API; argparse names the flag."""
+    def check(text: str):
+        try:
+            return arg.parse(text)
+        except ArgumentError as e:
+            raise argparse.ArgumentTypeError(f"must be {e.accepted}, got {e.shown}") from None
+    check.__name__ = {int: "int", float: "float", bool: "bool"}.get(arg.type, name)
+    return check
+
+
 def integer(lo: int | None = None, hi: int | None = None):
     """An argparse ``type``: an int in [lo, hi] (either end may be open: None)."""
-    def check(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an int {_range(lo, hi)}, "
-                                             f"got {text!r}") from None
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be an int {_range(lo, hi)}, got {v}")
-        return v
-    check.__name__ = "int"
-    return check
+    return arg_type(Arg(int, ge=lo, le=hi))
 
 
 def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
            hi_open: bool = False):
     """An argparse ``type``: a finite float between lo and hi (each bound included unless
     ``lo_open``/``hi_open``; None: no bound)."""
-    def check(text: str) -> float:
-        rng = _range(lo, hi, lo_open, hi_open)
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number {rng}, got {text!r}") from None
-        bad = not math.isfinite(v) or \
-            (lo is not None and (v <= lo if lo_open else v < lo)) or \
-            (hi is not None and (v >= hi if hi_open else v > hi))
-        if bad:
-            raise argparse.ArgumentTypeError(f"must be a finite number {rng}, got {text}")
-        return v
-    check.__name__ = "float"
-    return check
+    return arg_type(Arg(float, ge=None if lo_open else lo, gt=lo if lo_open else None,
+                        le=None if hi_open else hi, lt=hi if hi_open else None))
 
 
-def _range(lo, hi, lo_open=False, hi_open=False) -> str:
-    if lo is not None and hi is not None:
-        return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-    if lo is not None:
-        return f"{'>' if lo_open else '>='} {lo:g}"
-    return f"{'<' if hi_open else '<='} {hi:g}" if hi is not None else ""
+#: words a command line spells Python's constants with (``warmup=false``, ``ema=none``)
+_WORDS = {"true": True, "false": False, "none": None, "inf": math.inf, "-inf": -math.inf}
 
 
 def key_value(item: str) -> tuple[str, object]:
     """An argparse ``type`` for one K=V item: (K, V), V read as a Python literal where it is
-    one (``density=0.01``, ``ema=None``), else kept as a string. ``dict(list)`` makes the
-    keyword dictionary; the library checks K and V."""
+    one (``density=0.01``, ``ema=None``; ``true``, ``false``, ``none`` and ``inf`` in any case
+    too), else kept as a string. ``dict(list)`` makes the keyword dictionary; the library checks
+    K and V against the named scheme's declaration (a string where a number or a bool is
+    declared is refused, naming the argument)."""
     k, sep, v = item.partition("=")
     if not sep or not k:
         raise argparse.ArgumentTypeError(f"takes key=value pairs, got {item!r}")
+    if v.strip().lower() in _WORDS:
+        return k, _WORDS[v.strip().lower()]
     try:
         return k, ast.literal_eval(v)
     except (ValueError, SyntaxError):

@@ -1,16 +1,23 @@
-"""``python -m lab bench [launch|collectives|codecs|topk|NAME|all] [options]``
+"""``python -m lab bench [NAME] [options]``: the benchmarks, listed below.
 
-The four built-in benchmarks are listed below; any other module ``lab/bench/NAME.py`` with a
-``main(argv)`` function is a benchmark too (``python -m lab bench p3 --json``), so adding a
-benchmark is adding a file.
+    python -m lab bench launch            # one benchmark; --quick: fewer sizes and repeats
+    python -m lab bench p3 --help         # a benchmark with flags of its own
+    python -m lab bench                   # all of them (long)
+
+Four are built into this command (launch, collectives, codecs, topk: ``--quick`` is theirs);
+every other module ``lab/bench/NAME.py`` with a ``main(argv)`` function is a benchmark too,
+with its own flags (``python -m lab bench NAME --help``), so adding a benchmark is adding a file.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
+import re
 import sys
 
 from .args import parser as new_parser
+from .formatting import EXIT_STATUS, interrupted, with_defaults
 
 HELP = "benchmarks: python -m lab bench --help"
 BUILTIN = ("launch", "collectives", "codecs", "topk")
@@ -24,17 +31,50 @@ def plugins() -> list[str]:
                   if m.name not in _HELPERS and m.name not in BUILTIN)
 
 
+def summary(name: str) -> str:
+    """The first line of benchmark ``name``'s module docstring (read, not imported), without
+    the command line some of them start with."""
+    from .. import bench
+    path = next(iter(bench.__path__)) + f"/{name}.py"
+    with open(path) as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    first = doc.strip().splitlines()[0] if doc.strip() else ""
+    first = re.sub(r"^``python -m lab bench [^`]*``:\s*", "", first)
+    return re.sub(r"\s*\(issue \d+\)", "", first.replace("``", "")).rstrip(".")
+
+
+def listing() -> str:
+    """Every benchmark with its one-line summary: the built-in ones, then the others."""
+    rows = [(n, summary(n), "built in, --quick") for n in BUILTIN]
+    rows += [(n, summary(n), "own flags") for n in plugins()]
+    width = max(len(n) for n, _, _ in rows)
+    lines = [f"  {n:<{width}}  {s} ({how})" for n, s, how in rows]
+    return ("benchmarks:\n" + "\n".join(lines) + f"\n  {'all':<{width}}  every one of them"
+            "\n\n" + EXIT_STATUS)
+
+
 def parser():
     """The parser of ``python -m lab bench`` (each benchmark module parses its own flags)."""
-    p = new_parser("python -m lab bench", __doc__)
+    p = with_defaults(new_parser("python -m lab bench", __doc__))
+    p.epilog = listing()
     p.add_argument("what", nargs="?", default="all", choices=[*BUILTIN, *plugins(), "all"],
-                   help="which benchmark (default: all); NAME --help for its own flags")
-    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+                   metavar="NAME", help="which benchmark (listed below)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer sizes and repeats (the built-in four; the others take it as "
+                        "their own flag)")
     return p
 
 
 def main(argv=None) -> int:
-    """``python -m lab bench ARGS``: run one benchmark (with its own flags) or all of them."""
+    """``python -m lab bench ARGS``: run one benchmark (with its own flags) or all of them;
+    Ctrl-C ends it with one line and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return interrupted()
+
+
+def _main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["codecs"]:  # its own options: --device, --sizes, --codecs, --json
         from ..bench.codecs import main as codecs_main

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 
 from .args import integer, kind_type, number, parser as new_parser
+from .formatting import with_defaults
 
 HELP = "train an ensemble on shards, distil it"
 
 
 def parser():
     """The parser of ``python -m lab ensemble``."""
-    p = new_parser("python -m lab ensemble", __doc__)
+    p = with_defaults(new_parser("python -m lab ensemble", __doc__))
     p.add_argument("--workers", type=integer(1), default=4, help="members, one per process and shard")
     p.add_argument("--model", default="mlp", type=kind_type("model", "ensemble"), help="each member's model")
     p.add_argument("--data", default="digits", type=kind_type("data", "ensemble"),

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 
 from .args import integer, kind_type, number, parser as new_parser
+from .formatting import with_defaults
 
 HELP = "lock-free shared-memory SGD in several processes"
 
 
 def parser():
     """The parser of ``python -m lab hogwild``."""
-    p = new_parser("python -m lab hogwild", __doc__)
+    p = with_defaults(new_parser("python -m lab hogwild", __doc__))
     p.add_argument("--problem", type=kind_type("problem", "hogwild"), default="sparse",
                    help="sparse (a sparse SVM-like objective), counts (lost updates) or mlp")
     p.add_argument("--processes", type=integer(1), default=4, help="processes sharing the model")

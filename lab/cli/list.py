@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from .args import parser as new_parser
+from .formatting import with_defaults
 
 HELP = "what can be named in a config"
 
 
 def parser():
     """The parser of ``python -m lab list`` (no flags)."""
-    return new_parser("python -m lab list", __doc__)
+    return with_defaults(new_parser("python -m lab list", __doc__))
 
 
 def main(argv=None) -> int:

@@ -2,8 +2,10 @@
 folder (history.json, history.csv, plot.png) and what a failed run leaves there."""
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
+import tempfile
 
 from .args import folder, integer
 
@@ -36,6 +38,44 @@ def refused(e) -> int:
     return 2
 
 
+def out_refused(out) -> bool:
+    """Check, before anything runs, that folder ``out`` can take the run's files (it is created
+    if needed); if not, say why in one line on stderr and return True (exit status 2)."""
+    why = out_problem(out)
+    if why is not None:
+        print(f"error: --out {out} {why}", file=sys.stderr)
+    return why is not None
+
+
+def out_problem(out) -> str | None:
+    """Why ``out`` cannot be the run's folder (a file is in the way, it cannot be made or
+    written), as the end of a sentence that starts with it; or None. It is made, and a file
+    is written in it and removed, to find out."""
+    path = pathlib.Path(out)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            return ("is a file, not a folder" if p == path else
+                    f"cannot be made: {p} is a file, not a folder")
+        if p.exists():
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".lab-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return (f"cannot be made or written ({e.strerror or e}"
+                + (f": {e.filename})" if getattr(e, "filename", None) else ")"))
+    return None
+
+
+def unwritten(e: OSError, out, what: str = "the run finished, but its files") -> int:
+    """``what`` could not be written into ``out``: one line on stderr; exit status 1."""
+    print(f"error: {what} could not be written into {out}: {e.strerror or e}"
+          + (f" ({e.filename})" if getattr(e, "filename", None) else ""), file=sys.stderr)
+    return 1
+
+
 def launched(start, out):
     """``start()``, a training call: its result, or the exit status when the run failed (1:
     what it kept is written into ``out``) or was refused before launch (2: a checkpoint of
@@ -51,7 +91,11 @@ def launched(start, out):
 
 def report_failure(e, out) -> int:
     """Save what the failed run kept into ``out`` and say where, on stderr; exit status 1."""
-    paths = e.save(out)
+    try:
+        paths = e.save(out)
+    except OSError as err:
+        print(f"\nerror: the run failed: {e.error['cause']}", file=sys.stderr)
+        return unwritten(err, out, "what the failed run kept")
     print(f"\nerror: the run failed: {e.error['cause']}", file=sys.stderr)
     if paths:
         print("kept: " + ", ".join(str(p) for p in paths), file=sys.stderr)

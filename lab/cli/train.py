@@ -5,14 +5,20 @@
     python -m lab train --steps 500 --checkpoint-every 50 --out runs/long   # killed? then:
     python -m lab train --steps 500 --checkpoint-every 50 --out runs/long --resume runs/long
     torchrun --nproc-per-node 4 -m lab train --model mlp --compressor topk --compressor-kw density=0.01
+
+A run whose loss grows 1,000-fold over its first, or that is about to sum a non-finite
+gradient, stops with an error naming the step and the rank (exit status 1; --keep-diverging
+lets it run on).
 """
 from __future__ import annotations
 
 import os
 
-from .args import (integer, key_value, kind_type, network_schedule, network_type, number, parser as
-                   new_parser, rank_factor)
-from .runs import add_checkpoint_flags, checkpoint_kw, launched, refused, write_history
+from .args import (integer, key_value, kind_type, network_schedule, number, parser as new_parser,
+                   rank_factor)
+from .formatting import link_type, with_defaults
+from .runs import (add_checkpoint_flags, checkpoint_kw, launched, out_refused, refused,
+                   unwritten, write_history)
 
 HELP = "data-parallel training from flags"
 
@@ -32,7 +38,7 @@ def add_arguments(p) -> None:
     p.add_argument("--momentum", type=number(0, 1, hi_open=True), default=0.0,
                    help="SGD momentum")
     p.add_argument("--compressor", default="none", type=name("compressor"),
-                   help="the codec of each gradient (python -m lab list)")
+                   help="the compressor applied to each gradient (python -m lab list)")
     p.add_argument("--compressor-kw", **kw, help="the compressor's parameters, e.g. density=0.01")
     p.add_argument("--error-feedback", action="store_true",
                    help="wrap the compressor in error feedback (the residual is sent later)")
@@ -42,11 +48,16 @@ def add_arguments(p) -> None:
     p.add_argument("--aggregator-kw", **kw, help="the aggregator's parameters, e.g. rank=2")
     p.add_argument("--layerwise", action="store_true",
                    help="aggregate tensor by tensor, not one flat vector")
-    p.add_argument("--network", default=None, type=network_type(),
-                   help="an emulated link, e.g. 1Gbps, '100Mbps,2ms', 10gbps")
+    p.add_argument("--network", default=None, type=link_type(),
+                   help="an emulated link, e.g. 1Gbps, '100Mbps,2ms', 10gbps (default: none, "
+                        "loopback at its own speed)")
     p.add_argument("--network-schedule", default=None, metavar="LINK:STEPS ...",
                    type=network_schedule,
                    help="a network that changes, e.g. '25Gbps,1ms:50 1Gbps,32ms:50'")
+    p.add_argument("--link", default="model", choices=("model", "kernel"),
+                   help="how the network is made: model (an emulated link that waits out the "
+                        "alpha-beta time) or kernel (each rank in a network namespace, its NIC "
+                        "shaped by the kernel; Linux, root) (default: model)")
     p.add_argument("--schedule", default="sync", type=name("schedule"),
                    help="when gradients move (sync, fifo, p3, ...)")
     p.add_argument("--schedule-kw", **kw, help="the schedule's parameters, e.g. slice_size=40000")
@@ -73,7 +84,11 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "auto", "cuda"],
                    help="where each rank computes")
     p.add_argument("--timeout", type=number(0, lo_open=True), default=600.0,
-                   help="seconds before a silent rank counts as hung")
+                   help="seconds without progress before the run counts as hung")
+    p.add_argument("--keep-diverging", action="store_true",
+                   help="keep training when the loss grows 1,000-fold over its first, and let a "
+                        "non-finite gradient reach the aggregator (default: stop with an error "
+                        "naming the step and rank; a non-finite loss always stops the run)")
     p.add_argument("--out", default="runs/latest", help="folder for history.json/.csv and plot.png")
     add_checkpoint_flags(p)
 
@@ -87,7 +102,7 @@ def add_parser(sub):
 
 def parser():
     """The parser of ``python -m lab train``."""
-    p = new_parser("python -m lab train", __doc__)
+    p = with_defaults(new_parser("python -m lab train", __doc__))
     add_arguments(p)
     return p
 
@@ -101,19 +116,20 @@ def config(a):
                        error_feedback=a.error_feedback, aggregator=a.aggregator,
                        aggregator_kw=dict(a.aggregator_kw or ()),
                        layerwise=a.layerwise or None, network=a.network,
-                       network_schedule=a.network_schedule, eval_every=a.eval_every, seed=a.seed,
+                       network_schedule=a.network_schedule, link=a.link, eval_every=a.eval_every,
+                       seed=a.seed,
                        schedule=a.schedule, schedule_kw=dict(a.schedule_kw or ()),
                        averaging=a.averaging, averaging_kw=dict(a.averaging_kw or ()),
                        sync=a.sync, sync_kw=dict(a.sync_kw or ()),
                        slow_ranks=dict(a.slow_ranks or ()), jitter=a.jitter,
                        byzantine=a.byzantine, attack=a.attack,
                        attack_kw=dict(a.attack_kw or ()), model_kw=dict(a.model_kw or ()),
-                       data_kw=dict(a.data_kw or ()))
+                       data_kw=dict(a.data_kw or ()), stop_on_divergence=not a.keep_diverging)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab train ARGS``: 0 when the run is written, 1 when it failed (what it kept
-    is written), 2 for a bad configuration."""
+    is written), 2 for a bad configuration or an --out that cannot be written."""
     a = parser().parse_args(argv)
     from ..train import table, train
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -123,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg.check_workers(a.workers)
     except (ValueError, TypeError, KeyError) as e:
         return refused(e)
+    if out_refused(a.out):
+        return 2
     if torchrun:  # a checkpoint of another config, ... is refused by every rank
         hist = launched(lambda: _under_torchrun(cfg, a), a.out)
     else:
@@ -132,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if isinstance(hist, int):
         return hist
-    paths = write_history(hist, a.out)
+    try:
+        paths = write_history(hist, a.out)
+    except OSError as e:
+        return unwritten(e, a.out)
     print(table([hist]))
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
     return 0

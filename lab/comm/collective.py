@@ -20,8 +20,22 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from .cost import wire_bytes
 from .ledger import CommLedger
 from .network import LinkClock, Network
+
+LINKS = ("model", "kernel")
+#: what a Collective made without ``link=`` uses: a rank on a kernel link sets it once, at its
+#: start (:func:`use_link`), so every Collective its code makes is on that link
+_DEFAULT = {"link": "model", "reshape": None}
+
+
+def use_link(link: str, reshape=None) -> None:
+    """Make ``link`` (and its ``reshape``) the default of every Collective made afterwards in
+    this process (a launched rank on a kernel link calls this before running its function)."""
+    if link not in LINKS:
+        raise ValueError(f"link must be one of {LINKS}, got {link!r}")
+    _DEFAULT.update(link=link, reshape=reshape)
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT}
@@ -39,15 +53,27 @@ class Collective:
     ``group``: the process group (``None``: the default group); ``ledger``: where records go
     (a new :class:`CommLedger` if ``None``); ``network``: an emulated link (a :class:`Network`,
     or the name of one of :data:`~lab.comm.network.PRESETS`) that every call is slowed to.
+    ``link``: ``None`` (this process's default, :func:`use_link`), ``"model"`` (that emulation: a call lasts at least its alpha-beta time) or
+    ``"kernel"`` (the ranks sit on a kernel link, :mod:`lab.comm.kernel`, that carries the bytes
+    at the network's rate for real: a call adds only the model's latency term, which the kernel
+    cannot delay); ``reshape`` (kernel links) is called with a new network when ``network`` is
+    set to one of another bandwidth, to shape the NIC in place.
     Without an initialised process group it is a world of one: every op returns its input and
-    records zero bytes.
+    records zero bytes. Each record also gives the bytes on this rank's wire under the op's
+    algorithm (:func:`~lab.comm.cost.wire_bytes`).
     """
 
     def __init__(self, group=None, ledger: CommLedger | None = None,
-                 network: Network | str | None = None):
+                 network: Network | str | None = None, link: str | None = None, reshape=None):
+        if link is None:  # the process's default (a rank on a kernel link: "kernel")
+            link, reshape = _DEFAULT["link"], reshape or _DEFAULT["reshape"]
+        if link not in LINKS:
+            raise ValueError(f"Collective: link must be one of {LINKS}, got {link!r}")
         self.group = group
         self.ledger = ledger if ledger is not None else CommLedger()
-        self.network = Network.parse(network)
+        self.link, self.reshape = link, reshape
+        self._network = None
+        self.network = Network.parse(network)  # on a kernel link: shaped to it
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank(group) if self.distributed else 0
         self.world_size = dist.get_world_size(group) if self.distributed else 1
@@ -56,28 +82,52 @@ class Collective:
         self._link_lock = threading.Lock()
         self.clock: LinkClock | None = None  # set: calls book the link and do not sleep
 
+    @property
+    def network(self) -> Network | None:
+        return self._network
+
+    @network.setter
+    def network(self, value) -> None:
+        new = Network.parse(value)
+        if self.link == "kernel" and self.reshape is not None and new is not None:
+            self.reshape(new)  # a no-op unless the NIC's rate changes
+        self._network = new
+
+    def _model_time(self, op: str, nbytes: int) -> float:
+        """What this rank waits for on the link beyond the call itself: the whole alpha-beta
+        time on a modeled link, its latency term alone on a kernel link."""
+        return self.network.time(op, 0 if self.link == "kernel" else nbytes, self.world_size)
     # -- bookkeeping ----------------------------------------------------------------------
     def _run(self, op: str, tag: str, nbytes: int, fn, model_bytes: int | None = None,
-             sync: torch.Tensor | None = None, recv: int | None = None):
+             sync: torch.Tensor | None = None, recv: int | None = None,
+             wire: tuple[int, int] | None = None, root: int = 0):
         start = time.perf_counter()
         out = fn() if self.world_size > 1 else None
         if sync is not None and sync.is_cuda:
             torch.cuda.synchronize(sync.device)
         modeled = 0.0
+        nb = nbytes if model_bytes is None else model_bytes
         if self.network is not None and self.world_size > 1:
-            nb = nbytes if model_bytes is None else model_bytes
             if self.clock is not None:  # the caller waits on the clock's spans, not here
-                modeled = self.clock.book(lambda n: self.network.time(op, n, self.world_size),
-                                          nb, time.perf_counter())
+                modeled = self.clock.book(lambda n: self._model_time(op, n), nb, time.perf_counter())
+                if self.link == "kernel":
+                    modeled = self.network.time(op, nb, self.world_size)
             else:
                 modeled = self.network.time(op, nb, self.world_size)
-                left = modeled - (time.perf_counter() - start)
+                # a modeled link waits out the model's time; a kernel link took its bytes' time
+                # for real and waits the latency the kernel cannot add, after the call
+                left = self._model_time(op, nb) - (0.0 if self.link == "kernel"
+                                                   else time.perf_counter() - start)
                 if left > 0:
                     time.sleep(left)
         solo = self.world_size == 1
         seconds = 0.0 if solo else time.perf_counter() - start
+        if solo:
+            wire = (0, 0)
+        elif wire is None:
+            wire = wire_bytes(op, nb, self.world_size, self.rank, root, self.backend)
         self.ledger.add(op, tag, 0 if solo else nbytes, seconds, modeled,
-                        0 if solo else (nbytes if recv is None else recv))
+                        0 if solo else (nbytes if recv is None else recv), wire)
         return out
 
     def _link_end(self, op: str, nbytes: int, start: float) -> tuple[float, float]:
@@ -137,7 +187,8 @@ class Collective:
                 torch.cuda.synchronize(w.device)
 
         def complete(modeled):  # record it, hand back the result
-            self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes)
+            self.ledger.add("allreduce", tag, nbytes, time.perf_counter() - start, modeled, nbytes,
+                            wire_bytes("allreduce", nbytes, self.world_size))
             if w is not t:
                 t.copy_(w)
             return then(t) if then else t
@@ -159,7 +210,9 @@ class Collective:
         def done(f):
             try:
                 collected(f)
-                left = end - time.perf_counter()
+                # a kernel link carried the bytes: only the model's latency is left to wait
+                left = (self._model_time("allreduce", nbytes) if self.link == "kernel"
+                        else end - time.perf_counter())
                 if left > 0:  # a timer, not a sleep: never block the thread that completed it
                     timer = threading.Timer(left, finish, (modeled,))
                     timer.daemon = True
@@ -176,7 +229,7 @@ class Collective:
         w = self._wire(t)
         self._run("broadcast", tag, _nbytes(w) if self.rank == src else 0,
                   lambda: dist.broadcast(w, src, group=self.group), sync=w,
-                  model_bytes=_nbytes(w), recv=0 if self.rank == src else _nbytes(w))
+                  model_bytes=_nbytes(w), recv=0 if self.rank == src else _nbytes(w), root=src)
         if w is not t:
             t.copy_(w)
         return t
@@ -255,11 +308,13 @@ class Collective:
             # ledger still records reduce-scatter bytes and the modeled time of one.
             stack = torch.stack(padded)
             self._run("reduce_scatter", tag, total,
-                      lambda: dist.all_reduce(stack, group=self.group), sync=stack)
+                      lambda: dist.all_reduce(stack, group=self.group), sync=stack,
+                      recv=_nbytes(padded[self.rank]))
             out = stack[self.rank]
         else:
             self._run("reduce_scatter", tag, total,
-                      lambda: dist.reduce_scatter(out, padded, group=self.group), sync=out)
+                      lambda: dist.reduce_scatter(out, padded, group=self.group), sync=out,
+                      recv=_nbytes(padded[self.rank]))
         return out[: chunks[self.rank].shape[0]].to(t.device)
 
     def alltoall(self, chunks: Sequence[torch.Tensor], tag: str = "") -> list[torch.Tensor]:
@@ -277,15 +332,18 @@ class Collective:
             lens, got = lens.cuda(), got.cuda()
         self._run("alltoall", f"{tag}:sizes", _nbytes(lens),
                   lambda: dist.all_to_all_single(got, lens, group=self.group),
-                  recv=(self.world_size - 1) * 8)
+                  recv=(self.world_size - 1) * 8,
+                  wire=((self.world_size - 1) * 8, (self.world_size - 1) * 8))
         in_sizes, out_sizes = lens.tolist(), got.tolist()
         flat_in = torch.cat(send)
         flat_out = flat_in.new_empty(sum(out_sizes))
         from_others = sum(n for j, n in enumerate(out_sizes) if j != self.rank)
+        to_others = sum(n for j, n in enumerate(in_sizes) if j != self.rank)
+        size = flat_in.element_size()
         self._run("alltoall", tag, _nbytes(flat_in),
                   lambda: dist.all_to_all_single(flat_out, flat_in, out_sizes, in_sizes,
                                                  group=self.group), sync=flat_in,
-                  recv=from_others * flat_in.element_size())
+                  recv=from_others * size, wire=(to_others * size, from_others * size))
         # clones, not views into one buffer: a chunk may be re-viewed as another dtype
         return [o.clone().to(chunks[0].device) for o in flat_out.split(out_sizes)]
 
@@ -293,14 +351,15 @@ class Collective:
     def send(self, t: torch.Tensor, dst: int, tag: str = "") -> None:
         self._check_rank(dst, "dst")
         w = self._wire(t)
-        self._run("send", tag, _nbytes(w), lambda: dist.send(w, dst, group=self.group), recv=0)
+        self._run("send", tag, _nbytes(w), lambda: dist.send(w, dst, group=self.group), recv=0,
+                  wire=(_nbytes(w), 0))
 
     def recv(self, t: torch.Tensor, src: int, tag: str = "") -> torch.Tensor:
         """Receive into ``t``; records zero bytes sent (the sender's ledger counts them)."""
         self._check_rank(src, "src")
         w = self._wire(t)
         self._run("recv", tag, 0, lambda: dist.recv(w, src, group=self.group),
-                  model_bytes=_nbytes(w), recv=_nbytes(w))
+                  model_bytes=_nbytes(w), recv=_nbytes(w), wire=(0, _nbytes(w)))
         if w is not t:
             t.copy_(w)
         return t
@@ -310,7 +369,7 @@ class Collective:
         server serving workers in arrival order). Ledger as :meth:`recv`."""
         w = self._wire(t)
         src = self._run("recv", tag, 0, lambda: dist.recv(w, None, group=self.group),
-                        model_bytes=_nbytes(w), recv=_nbytes(w))
+                        model_bytes=_nbytes(w), recv=_nbytes(w), wire=(0, _nbytes(w)))
         if w is not t:
             t.copy_(w)
         return int(src) if src is not None else self.rank
@@ -327,13 +386,13 @@ class Collective:
             reqs = [dist.isend(s, dst, group=self.group), dist.irecv(r, src, group=self.group)]
             for q in reqs:
                 q.wait()
-        self._run("send", tag, _nbytes(s), go, recv=_nbytes(r))
+        self._run("send", tag, _nbytes(s), go, recv=_nbytes(r), wire=(_nbytes(s), _nbytes(r)))
         if r is not recv_t:
             recv_t.copy_(r)
         return recv_t
 
     def barrier(self, tag: str = "") -> None:
-        self._run("barrier", tag, 0, lambda: dist.barrier(group=self.group), recv=0)
+        self._run("barrier", tag, 0, lambda: dist.barrier(group=self.group), recv=0, wire=(0, 0))
 
     # -- helpers --------------------------------------------------------------------------
     def _gather_sizes(self, lengths: list[int], tag: str) -> torch.Tensor:

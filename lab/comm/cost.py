@@ -114,6 +114,32 @@ def op_time(op: str, n: float, p: int, alpha: float, beta: float, algorithm: str
     raise ValueError(f"no cost model for op {op!r}")
 
 
+def wire_bytes(op: str, n: float, p: int, rank: int = 0, root: int = 0,
+               backend: str = "gloo") -> tuple[int, int]:
+    """(bytes sent, bytes received) on this rank's NIC by ``op`` on ``n`` bytes per rank, under
+    the algorithm the backend runs, payload only (headers not counted). Checked against a
+    kernel link's counters (tests/test_kernel_link.py): ring allreduce 2(p-1)/p n each way;
+    ring allgather (p-1) n each way; broadcast over a binomial tree (the root sends
+    ceil(log2 p) times n, an inner rank once, every other rank receives n); a reduce-scatter
+    is gloo's allreduce of the whole input (NCCL's ring: (p-1)/p n each way). ``alltoall``,
+    ``send``, ``recv`` and ``barrier`` are the caller's to book (their bytes are known there)."""
+    if p <= 1:
+        return 0, 0
+    if op == "allreduce" or (op == "reduce_scatter" and backend == "gloo"):
+        b = int(round(2 * (p - 1) * n / p))
+        return b, b
+    if op == "reduce_scatter":
+        b = int(round((p - 1) * n / p))
+        return b, b
+    if op == "allgather":
+        return int((p - 1) * n), int((p - 1) * n)
+    if op == "broadcast":
+        v = (rank - root) % p  # relative rank: in round k, v < 2^k sends to v + 2^k
+        sends = sum(1 for k in range(max(1, math.ceil(math.log2(p)))) if v < 2 ** k and v + 2 ** k < p)
+        return int(sends * n), 0 if v == 0 else int(n)
+    raise ValueError(f"wire_bytes: no algorithm for op {op!r}")
+
+
 # The features of each op in (alpha, beta) so a single least-squares fit covers a mixed sweep.
 def _features(op: str, n: float, p: int, algorithm: str = "ring") -> tuple[float, float]:
     return op_time(op, n, p, 1.0, 0.0, algorithm), op_time(op, n, p, 0.0, 1.0, algorithm)

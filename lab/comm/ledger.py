@@ -18,6 +18,8 @@ class CommRecord(NamedTuple):
     modeled: float     # alpha-beta time of the call on the configured network (0 if none)
     step: int = -1     # training step the call belongs to, when the caller sets one
     recv_bytes: int = 0  # bytes that arrived in this rank's buffers from other ranks
+    wire_sent: int = 0   # bytes this rank put on the wire under the op's algorithm
+    wire_recv: int = 0   # bytes it took off the wire (lab.comm.cost.wire_bytes)
 
 
 @dataclass
@@ -30,15 +32,20 @@ class CommLedger:
     step: int = -1
 
     def add(self, op: str, tag: str, nbytes: int, seconds: float, modeled: float = 0.0,
-            recv_bytes: int = 0) -> None:
+            recv_bytes: int = 0, wire: tuple[int, int] = (0, 0)) -> None:
         self.records.append(CommRecord(op, tag, int(nbytes), seconds, modeled, self.step,
-                                       int(recv_bytes)))
+                                       int(recv_bytes), int(wire[0]), int(wire[1])))
 
     def total_bytes(self, op: str | None = None, tag: str | None = None) -> int:
         return sum(r.bytes for r in self._select(op, tag))
 
     def total_received(self, op: str | None = None, tag: str | None = None) -> int:
         return sum(r.recv_bytes for r in self._select(op, tag))
+
+    def total_wire(self, op: str | None = None, tag: str | None = None) -> tuple[int, int]:
+        """(bytes sent, bytes received) on this rank's wire under each op's algorithm."""
+        rs = self._select(op, tag)
+        return sum(r.wire_sent for r in rs), sum(r.wire_recv for r in rs)
 
     def total_seconds(self, op: str | None = None, tag: str | None = None) -> float:
         return sum(r.seconds for r in self._select(op, tag))

@@ -11,10 +11,23 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..argspec import Arg
 from .cost import AlphaBeta
 
-_UNITS = {"bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}
-_TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: SI prefixes of a rate (either case: "Mbps" and "mbps" are both megabits)
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+#: a number, then the rate's unit: an SI prefix, b (bits) or B (bytes), then "ps" or "/s"
+_NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?"
+_RATE = re.compile(rf"({_NUMBER})([kKmMgGtT]?)([bB])(?:ps|PS|Ps|/s)")
+_LATENCY = re.compile(rf"({_NUMBER})(s|ms|us|µs|ns)?")
+#: what a link may be: bits per second from 1 kb/s to 1 Pb/s, a latency up to a minute
+BANDWIDTH_BITS = (1e3, 1e15)
+LATENCY_S = (0.0, 60.0)
+_BANDWIDTH = Arg(float, ge=BANDWIDTH_BITS[0] / 8, le=BANDWIDTH_BITS[1] / 8,
+                 help="bytes per second")
+_SECONDS = Arg(float, ge=LATENCY_S[0], le=LATENCY_S[1], help="seconds per message")
+_EXAMPLES = "e.g. '1Gbps', '100Mbps,2ms', '1GB/s,10us'"
 
 
 @dataclass(frozen=True)
@@ -27,16 +40,10 @@ class Network:
     name: str = ""
 
     def __post_init__(self):
-        for arg in ("latency", "bandwidth"):
-            v = getattr(self, arg)
-            if not isinstance(v, (int, float)) or math.isnan(v):
-                raise ValueError(f"{arg} must be a number, got {v!r}")
-        if self.latency < 0:
-            raise ValueError(f"latency must be >= 0 seconds, got {self.latency}")
-        if self.bandwidth <= 0:
-            raise ValueError(f"bandwidth must be > 0 bytes/s, got {self.bandwidth}")
-        if self.algorithm not in ("ring", "tree"):
-            raise ValueError(f"algorithm must be 'ring' or 'tree', got {self.algorithm!r}")
+        _SECONDS.check(self.latency, "latency (seconds)", "Network")
+        _BANDWIDTH.check(self.bandwidth, "bandwidth (bytes/s)", "Network")
+        Arg(str, choices=("ring", "tree")).check(self.algorithm, "algorithm", "Network")
+        Arg(str).check(self.name, "name", "Network")
 
     @property
     def cost(self) -> AlphaBeta:
@@ -51,23 +58,58 @@ class Network:
 
     @classmethod
     def parse(cls, spec: "str | Network | None") -> "Network | None":
-        """``"1Gbps"``, ``"100Mbps,2ms"``, a preset name, a Network, or None/"none"."""
+        """A link from ``spec``: ``"1Gbps"``, ``"100Mbps,2ms"``, a preset name, a Network, or
+        None/"none".
+
+        The rate's unit says bits or bytes by its b: ``bps``/``b/s`` are bits, ``Bps``/``B/s``
+        bytes (``"1GB/s"`` is 8 Gb/s, and the link's name says so), after an SI prefix of
+        either case (k, M, G, T). The latency, after ``,`` (or ``@``), needs its unit (s, ms,
+        us, ns); without one it is 0.5 ms. Bandwidths from 1 kb/s to 1 Pb/s and latencies up to
+        60 s are accepted; anything else (a non-finite number included) is refused, naming
+        the range."""
         if spec is None or isinstance(spec, Network):
             return spec
         if not isinstance(spec, str):
-            raise ValueError(f"network must be a string like '1Gbps,0.5ms', got {spec!r}")
-        s = spec.strip().lower().replace(" ", "")
-        if s in ("", "none", "loopback"):
+            raise ValueError(f"network must be a string like '1Gbps,0.5ms' (or a Network, or "
+                             f"None), got {spec!r} ({type(spec).__name__})")
+        s = spec.strip().replace(" ", "")
+        if s.lower() in ("", "none", "loopback"):
             return None
-        if s in PRESETS:
-            return PRESETS[s]
-        m = re.fullmatch(r"([0-9.e+-]+)([kmgt]?bps)(?:[,@/]([0-9.e+-]+)(s|ms|us))?", s)
-        if not m:
-            raise ValueError(f"network {spec!r} not understood: use e.g. '1Gbps', '100Mbps,2ms' "
-                             f"or a preset ({', '.join(PRESETS)})")
-        bw = float(m.group(1)) * _UNITS[m.group(2)] / 8
-        lat = float(m.group(3)) * _TIMES[m.group(4)] if m.group(3) else 0.5e-3
-        return cls(latency=lat, bandwidth=bw, name=spec)
+        if s.lower() in PRESETS and "B" not in s:  # presets are in bits: "1GBps" is not one
+            return PRESETS[s.lower()]
+        rate, sep, latency = s, "", ""
+        m = _RATE.match(s)
+        if m:
+            rate, rest = s[:m.end()], s[m.end():]
+            if rest:
+                sep, latency = rest[0], rest[1:]
+        if not m or (rate != s and (sep not in ",@/" or not latency)):
+            raise ValueError(f"network {spec!r} not understood: use {_EXAMPLES} (a rate in "
+                             f"bps/b/s = bits or Bps/B/s = bytes, with k, M, G or T; then "
+                             f"optionally ',' and a latency in s, ms, us or ns), or a preset "
+                             f"({', '.join(PRESETS)})")
+        value, prefix, unit = float(m.group(1)), m.group(2).lower(), m.group(3)
+        bits = value * _PREFIX[prefix] * (8 if unit == "B" else 1)
+        lo, hi = BANDWIDTH_BITS
+        if not lo <= bits <= hi:  # also Inf and NaN
+            raise ValueError(f"network {spec!r}: bandwidth {_fmt_bits(bits)} is out of range: "
+                             f"a link is {_fmt_bits(lo)} to {_fmt_bits(hi)}")
+        lat = 0.5e-3
+        if latency:
+            t = _LATENCY.fullmatch(latency)
+            if not t:
+                raise ValueError(f"network {spec!r} not understood: the latency {latency!r} "
+                                 f"must be a number with a unit (s, ms, us or ns), {_EXAMPLES}")
+            if t.group(2) is None:
+                raise ValueError(f"network {spec!r}: the latency {latency!r} needs a unit "
+                                 f"(s, ms, us or ns), e.g. '{rate},{latency}ms'")
+            lat = float(t.group(1)) * _TIMES[t.group(2)]
+            lo, hi = LATENCY_S
+            if not lo <= lat <= hi:
+                raise ValueError(f"network {spec!r}: latency {lat:g} s is out of range: a "
+                                 f"link's latency is {lo:g} to {hi:g} s")
+        name = spec if unit == "b" else f"{spec} ({_fmt_bits(bits)})"  # bytes: say the bits
+        return cls(latency=lat, bandwidth=bits / 8, name=name)
 
 
 class LinkClock:
@@ -112,8 +154,8 @@ class LinkClock:
 
 
 def _fmt_bits(bits_per_s: float) -> str:
-    for unit, f in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
-        if bits_per_s >= f:
+    for unit, f in (("Pb/s", 1e15), ("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bits_per_s >= f and math.isfinite(bits_per_s):
             return f"{bits_per_s / f:g} {unit}"
     return f"{bits_per_s:g} b/s"
 

@@ -6,9 +6,10 @@ is adding a file.
 import importlib
 import pkgutil
 
-from .base import REGISTRY, Compressor, Payload, check_finite, make, names, register, wire_bytes
+from .base import (REGISTRY, Compressor, Payload, check_finite, make, names, register,
+                   table as wire_table, wire_bytes)
 from .error_feedback import ErrorFeedback
-from .wire import Part, PayloadError, WireFormat, table as wire_table
+from .wire import Part, PayloadError, WireFormat
 
 for _m in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_m.name}")

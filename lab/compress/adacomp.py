@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from .base import Compressor, Part, WireFormat, register
 from .packing import index_dtype, pack_bits, unpack_bits
 
 
 @register("adacomp")
+@takes(bin_size=Arg(int, ge=1, le=2 ** 20, help="values per bin (a bin is padded to this size)"),
+       scale=Arg(str, choices=("layer", "bin"), help="one scale per tensor or per bin"))
 class AdaComp(Compressor):
     """Stateful (per ``key``) AdaComp codec; payload ``(indices, packed signs, scales)``."""
 
@@ -44,10 +47,6 @@ class AdaComp(Compressor):
                       counts={"c": "0..n"})
 
     def __init__(self, bin_size: int = 500, scale: str = "layer", seed: int = 0):
-        if isinstance(bin_size, bool) or not isinstance(bin_size, int) or bin_size < 1:
-            raise ValueError(f"bin_size must be a positive int, got {bin_size!r}")
-        if scale not in ("layer", "bin"):
-            raise ValueError(f"scale must be 'layer' or 'bin', got {scale!r}")
         self.bin_size, self.scale = bin_size, scale
         self.residues: dict = {}
         super().__init__(seed=seed)

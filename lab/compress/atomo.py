@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from ..argspec import Arg, takes
 from .base import Compressor, Part, WireFormat, register
 from .packing import index_dtype
 
@@ -70,6 +71,12 @@ COORDINATE_WIRE = WireFormat(Part("values", torch.float32, "c"),
 
 
 @register("atomo")
+@takes(atoms=Arg(str, choices=("svd", "coordinate"), help="singular triples or coordinates"),
+       budget=Arg(float, gt=0, none=True, help="expected atoms kept"),
+       density=Arg(float, gt=0, le=1, none=True, help="fraction of the atoms kept (wins over "
+                                                      "budget)"),
+       rule=lambda a: "give budget or density (budget=None needs a density)"
+       if a["budget"] is None and a["density"] is None else None)
 class Atomo(Compressor):
     """ATOMO over singular triples (``atoms="svd"``) or coordinates, under an expected
     ``budget`` of atoms (or a ``density`` of them)."""
@@ -77,14 +84,8 @@ class Atomo(Compressor):
 
     def __init__(self, atoms: str = "svd", budget: float | None = 2, density: float | None = None,
                  seed: int = 0):
-        if atoms not in ("svd", "coordinate"):
-            raise ValueError(f"atoms must be 'svd' or 'coordinate', got {atoms!r}")
         if density is not None:
-            if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density <= 1:
-                raise ValueError(f"density must be in (0, 1], got {density!r}")
             budget = None
-        elif isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
-            raise ValueError(f"budget must be a positive number, got {budget!r}")
         self.atoms, self.budget, self.density = atoms, budget, density
         super().__init__(seed=seed)
 

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..argspec import SEED, Arg, takes
 from ..registry import Registry
 from . import native_small
 from .wire import Part, PayloadError, WireFormat
@@ -78,15 +79,11 @@ def float32s(*values: float) -> torch.Tensor:
 _FLOAT32S: dict = {}
 
 
-def check_int(name: str, value, minimum: int = 1, allow_none: bool = False):
-    """Validate an integer argument, naming it in the error (bools are not ints here)."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+def check_int(name: str, value, minimum: int = 1, allow_none: bool = False, owner: str = ""):
+    """Validate an integer argument, naming it in the error (bools are not ints here): an
+    :class:`~lab.argspec.Arg` ``(int, ge=minimum)`` checked at once, for a helper that is not
+    itself a declared factory."""
+    return Arg(int, ge=minimum, none=allow_none).check(value, name, owner)
 
 
 def device_generator(cpu: torch.Generator, cache: dict, device: torch.device) -> torch.Generator:
@@ -164,6 +161,7 @@ def truncate(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype=dtype)
 
 
+@takes(seed=SEED)
 class Compressor:
     """Base class: subclasses implement :meth:`encode` and :meth:`decompress`.
 
@@ -195,8 +193,6 @@ class Compressor:
     decode_checks: tuple = ()
 
     def __init__(self, seed: int = 0):
-        if not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         self.seed = seed
         self.bind(rank=0, world_size=1)
 
@@ -339,3 +335,19 @@ def make(name: str, **kwargs) -> Compressor:
 def names() -> list[str]:
     """The registered codec names, sorted (``lab.compress.make(name)`` builds one)."""
     return REGISTRY.names()
+
+
+def table(codecs) -> list[dict]:
+    """Rows ``codec, part, dtype, length, entries`` for the codecs given (names or objects):
+    the book's wire-format tables, generated from the declarations (``lab.compress.wire``)."""
+    rows = []
+    for c in codecs:
+        c = make(c) if isinstance(c, str) else c
+        fmt = c.wire
+        where = "; ".join([f"{k} = {v}" for k, v in fmt.where.items()]
+                          + [f"{k} in {v}" for k, v in fmt.counts.items()
+                             if any(p.size != k and p.size.endswith(k) for p in fmt.parts)])
+        for i, r in enumerate(fmt.rows()):
+            rows.append({"codec": c.name if i == 0 else "", **r,
+                         "where": where if i == 0 else ""})
+    return rows

@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, Part, WireFormat, check_int, register
+from ..argspec import Arg, takes
+from .base import Compressor, Part, WireFormat, all_finite, check_finite, register
+
+#: the sketch's shape: rows x width counters (a table of rows * width float32 per tensor)
+ROWS = Arg(int, ge=1, le=64, help="rows of the sketch (hash functions)")
+WIDTH = Arg(int, ge=1, le=2 ** 26, help="counters per row")
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 def random_hash(numel: int, rows: int, buckets: int, seed: int) -> torch.Tensor:
@@ -31,8 +37,8 @@ class CountSketch:
     """The hashes of a ``rows`` x ``width`` count sketch for vectors of ``numel`` entries."""
 
     def __init__(self, numel: int, rows: int, width: int, seed: int, device="cpu"):
-        check_int("rows", rows, 1)
-        check_int("width", width, 1)
+        ROWS.check(rows, "rows", "CountSketch")
+        WIDTH.check(width, "width", "CountSketch")
         h = random_hash(numel, rows, width, seed)
         sign = random_hash(numel, rows, 2, seed + 1) * 2 - 1
         self.rows, self.width, self.numel = rows, width, numel
@@ -62,6 +68,7 @@ def sketch_for(cache: dict, numel: int, rows: int, width: int, seed: int, device
 
 
 @register("countsketch")
+@takes(rows=ROWS, width=WIDTH)
 class CountSketchCodec(Compressor):
     """A ``rows`` x ``width`` count sketch of the tensor; decodes to the mean of the rows'
     estimates (linear, so allreduce-compatible)."""
@@ -70,9 +77,12 @@ class CountSketchCodec(Compressor):
     allreduce_compatible = True
     shared_randomness = True
     fixed_size = True
+    # encode checks the float32 values it sketches (a float64 input's cast included), in the
+    # pass the base class would spend on the input
+    checks_finite = True
 
     def __init__(self, rows: int = 5, width: int = 4096, seed: int = 0):
-        self.rows, self.width = check_int("rows", rows, 1), check_int("width", width, 1)
+        self.rows, self.width = rows, width
         self._sketches: dict = {}
         super().__init__(seed=seed)
 
@@ -80,7 +90,23 @@ class CountSketchCodec(Compressor):
         return sketch_for(self._sketches, numel, self.rows, self.width, self.seed, device)
 
     def encode(self, flat, key):
-        return (self._cs(flat.numel(), flat.device).sketch(flat.float()),), None
+        x = flat.float()
+        big = 0.0
+        if x.numel():
+            lo, hi = torch.aminmax(x)
+            if not all_finite(lo, hi):
+                check_finite(flat, self.name)  # raises if the input itself holds NaN/Inf
+                self._overflow(f"|value| up to {flat.detach().abs().max().item():.3g}")
+            big = max(-lo.item(), hi.item())
+        table = self._cs(flat.numel(), flat.device).sketch(x)
+        # a counter sums up to n values: it can overflow only if n * max|x| can
+        if big * x.numel() >= _FLOAT32_MAX and not all_finite(*torch.aminmax(table)):
+            self._overflow(f"sums of up to {x.numel()} values of |value| up to {big:.3g}")
+        return (table,), None
+
+    def _overflow(self, what: str):
+        raise OverflowError(f"{self.name}: {what} exceed the float32 range of the sketch's "
+                            f"counters ({_FLOAT32_MAX:.5g}); scale the tensor")
 
     def decode(self, payload, ctx, numel, dtype):
         table = payload[0]

@@ -28,14 +28,23 @@ import math
 
 import torch
 
+from ..argspec import Arg, takes
 from . import native_small
 from .base import check_finite, register
-from .topk import (SAMPLED_MIN_N, SparseCodec, check_density, resolve_k, sparse_payload,
-                   topk_indices)
+from .topk import DENSITY, SAMPLE, SAMPLED_MIN_N, SparseCodec, resolve_k, sparse_payload, topk_indices
 from .topk_sampled import MIN_SAMPLE, sampled_topk_indices
 
 
 @register("dgc")
+@takes(density=DENSITY, momentum=Arg(float, ge=0, lt=1, help="momentum of the local velocity"),
+       momentum_correction=Arg(bool, help="accumulate the velocity, not the gradient"),
+       clipping=Arg(bool, help="clip the local gradient's norm"),
+       clip_norm=Arg(float, gt=0, help="the norm clipped to"),
+       masking=Arg(bool, help="zero the sent coordinates' momentum (factor masking)"),
+       warmup=Arg(bool, help="exponential warm-up of the density"),
+       warmup_steps=Arg(int, ge=0, help="steps of the warm-up"),
+       warmup_stages=Arg(int, ge=0, help="stages of the warm-up"),
+       sampled=Arg(bool, help="select by a sampled threshold on large tensors"), sample=SAMPLE)
 class DGC(SparseCodec):
     name = "dgc"
     stateful = True
@@ -46,16 +55,6 @@ class DGC(SparseCodec):
                  clip_norm: float = 1.0, masking: bool = True, warmup: bool = True,
                  warmup_steps: int = 100, warmup_stages: int = 4, sampled: bool = True,
                  sample: float = 0.01, seed: int = 0):
-        check_density(density, None)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-        if not clip_norm > 0:
-            raise ValueError(f"clip_norm must be > 0, got {clip_norm!r}")
-        for arg, val in (("warmup_steps", warmup_steps), ("warmup_stages", warmup_stages)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 0:
-                raise ValueError(f"{arg} must be a non-negative int, got {val!r}")
-        if not 0 < sample <= 1:
-            raise ValueError(f"sample must be in (0, 1], got {sample!r}")
         self.density, self.momentum, self.clip_norm = density, momentum, clip_norm
         self.momentum_correction, self.clipping, self.masking = momentum_correction, clipping, masking
         self.warmup, self.warmup_steps, self.warmup_stages = warmup, warmup_steps, warmup_stages

@@ -17,10 +17,12 @@ from typing import Any
 
 import torch
 
+from ..argspec import Arg, takes
 from .base import Compressor, check_finite, make, register
 
 
 @register("ef")
+@takes(inner=Arg((Compressor, str), help="the codec wrapped: a Compressor or a registered name"))
 class ErrorFeedback(Compressor):
     """Wraps ``inner`` (a Compressor or a registered name) with a per-``key`` residual."""
 
@@ -28,9 +30,11 @@ class ErrorFeedback(Compressor):
     stateful = True
 
     def __init__(self, inner: Compressor | str = "fp16", **inner_kw):
+        if inner_kw and not isinstance(inner, str):
+            raise TypeError(f"ef: keyword arguments {sorted(inner_kw)} are for a codec made by "
+                            f"name (inner='topk', density=0.01); inner is already a "
+                            f"{type(inner).__name__}")
         self.inner = make(inner, **inner_kw) if isinstance(inner, str) else inner
-        if not isinstance(self.inner, Compressor):
-            raise TypeError(f"inner must be a Compressor or a registered name, got {inner!r}")
         self.residuals: dict[Any, torch.Tensor] = {}
         self.name = f"ef({self.inner.name})"
         # EF keeps a private residual, so the sum of payloads no longer decodes to the sum of

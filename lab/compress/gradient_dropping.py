@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, SEED, takes
 from .base import register
 from .error_feedback import ErrorFeedback
-from .topk import SparseCodec, candidates, sampled_threshold, sparse_payload
+from .topk import LEAST_SAMPLE, SAMPLE, SparseCodec, candidates, sampled_threshold, sparse_payload
+
+DROP = dict(drop_ratio=Arg(float, gt=0, lt=1, help="fraction of the values not sent"),
+            sample=SAMPLE, min_sample=LEAST_SAMPLE)
 
 
 @register("drop")
+@takes(**DROP)
 class Drop(SparseCodec):
     """Send ``|x| >= thr`` where ``thr`` leaves ``drop_ratio`` of a ``sample`` below it."""
 
@@ -29,13 +34,6 @@ class Drop(SparseCodec):
 
     def __init__(self, drop_ratio: float = 0.99, sample: float = 0.001, min_sample: int = 1000,
                  seed: int = 0):
-        if isinstance(drop_ratio, bool) or not isinstance(drop_ratio, (int, float)) \
-                or not 0 < drop_ratio < 1:
-            raise ValueError(f"drop_ratio must be in (0, 1), got {drop_ratio!r}")
-        if not 0 < sample <= 1:
-            raise ValueError(f"sample must be in (0, 1], got {sample!r}")
-        if not (isinstance(min_sample, int) and min_sample >= 1):
-            raise ValueError(f"min_sample must be a positive int, got {min_sample!r}")
         self.drop_ratio, self.sample, self.min_sample = float(drop_ratio), sample, min_sample
         super().__init__(seed=seed)
 
@@ -56,6 +54,7 @@ class Drop(SparseCodec):
 
 
 @register("gradient_dropping")
+@takes(**DROP, seed=SEED)
 def gradient_dropping(drop_ratio: float = 0.99, sample: float = 0.001, min_sample: int = 1000,
                       seed: int = 0) -> ErrorFeedback:
     """Aji & Heafield (2017) as published: :class:`Drop` plus local residual accumulation."""

@@ -240,17 +240,18 @@ def _check_topk() -> bool:
     return topk(tied, 10) is None  # ties go to torch
 
 
-def rng_exact() -> bool:
-    """Whether :func:`random_indices` draws what ``distinct_indices`` draws with torch on this
-    torch, and leaves the generator in the same state: checked once, on both of its routes
-    (a permutation; rounds of draws) and across the generator's refills."""
+def rng_exact(distinct_indices) -> bool:
+    """Whether :func:`random_indices` draws what ``distinct_indices`` (Random-k's torch
+    reference, :func:`lab.compress.randomk.distinct_indices`, passed in: the codecs sit above
+    these wrappers) draws with torch on this torch, and leaves the generator in the same
+    state: checked once, on both of its routes (a permutation; rounds of draws) and across
+    the generator's refills."""
     if "rng" not in _exact:
-        _exact["rng"] = _check_rng()
+        _exact["rng"] = _check_rng(distinct_indices)
     return _exact["rng"]
 
 
-def _check_rng() -> bool:
-    from .randomk import distinct_indices
+def _check_rng(distinct_indices) -> bool:
     for seed, n, k in ((1, 1000, 10), (2, 1000, 200), (3, 64, 7), (4, 100, 13), (5, 7, 7),
                        (6, 50000, 3000), (7, 3000, 1000)):
         want_gen = torch.Generator().manual_seed(seed)

@@ -21,12 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..argspec import SEED, Arg, takes
 from . import native, native_small
-from .base import (Compressor, Part, WireFormat, all_finite, check_finite, check_int, float32s,
-                   register)
+from .base import Compressor, Part, WireFormat, all_finite, check_finite, float32s, register
 from .error_feedback import ErrorFeedback
 from .packing import expand_bits, pack_bits, unpack_bits
 from .qsgd import as_buckets
+
+ONEBIT = dict(bucket_size=Arg(int, ge=1, le=2 ** 24, none=True,
+                              help="values per bucket (None: one bucket, or per_column)"),
+              per_column=Arg(bool, help="one bucket per column of a matrix (Seide et al.)"))
 from .sign import nonnegative, sign_bits
 
 
@@ -78,6 +82,7 @@ def _one_bucket_means(sums: list, n_pos: int, n: int, x: torch.Tensor) -> torch.
 
 
 @register("onebit")
+@takes(**ONEBIT)
 class OneBit(Compressor):
     """1-bit quantiser with mean-of-positives / mean-of-negatives reconstruction."""
     fixed_size = True
@@ -90,10 +95,7 @@ class OneBit(Compressor):
                                         "per_column: the columns)"})
 
     def __init__(self, bucket_size: int | None = None, per_column: bool = False, seed: int = 0):
-        self.bucket_size = check_int("bucket_size", bucket_size, 1, allow_none=True)
-        if not isinstance(per_column, bool):
-            raise TypeError(f"per_column must be a bool, got {type(per_column).__name__}")
-        self.per_column = per_column
+        self.bucket_size, self.per_column = bucket_size, per_column
         super().__init__(seed=seed)
 
     # -- per column: quantise the transpose, so that each column is one contiguous bucket ----
@@ -197,8 +199,11 @@ class OneBit(Compressor):
 
 
 @register("onebit_sgd")
+@takes(**ONEBIT, seed=SEED)
 class OneBitSGD(ErrorFeedback):
     """1-bit SGD as in the paper: the 1-bit quantiser with error feedback."""
+
+    name = "onebit_sgd"
 
     def __init__(self, bucket_size: int | None = None, per_column: bool = False, seed: int = 0):
         super().__init__(OneBit(bucket_size=bucket_size, per_column=per_column, seed=seed))

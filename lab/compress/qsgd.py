@@ -15,30 +15,49 @@ variant for small s is :mod:`lab.compress.qsgd_elias`.
 """
 from __future__ import annotations
 
+import math
+import struct
+
 import numpy as np
 import torch
 
+from ..argspec import Arg, takes
 from . import device, native, native_small
-from .base import (Compressor, Part, WireFormat, bernoulli, check_finite, check_int, register,
+from .base import (Compressor, Part, WireFormat, bernoulli, check_finite, register,
                    round_stochastic, truncate)
 from .fused import fused, on_device_path
 from .packing import expand_codes, pack_bits, pack_uint, unpack_uint
 from .sign import negative, set_sign, set_sign_bits
 
 
+#: values per bucket (a short last bucket is padded to it), or None: the tensor is one bucket
+BUCKET = Arg(int, ge=1, le=2 ** 24, none=True, help="values per bucket (None: one bucket)")
+
 _BLOCK = 2 ** 16  # rows up to this long get torch's one-pass norm: ~1e-6 relative error there
+
+#: A float32 norm below this may have lost squares to underflow (a value under 1.1e-19 squares
+#: to a subnormal or to 0: a bucket whose largest entry is 3.75e-30 has norm 0): such buckets
+#: are measured again, scaled. Above it, what underflow can lose (under 1.2e-38 a value) is
+#: below float32's rounding even for 2^16-value buckets, so the plain norm stands, bit for bit.
+SMALL_NORM = 2.0 ** -40
+_SMALL_BITS = struct.unpack("<I", struct.pack("<f", SMALL_NORM))[0]
 
 
 def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
-    """l2 norm of each row, float32, without overflow: ||v|| = m ||v / m||, m = max|v|.
+    """l2 norm of each row, float32, without overflow or underflow: ||v|| = m ||v / m||,
+    m = max|v|, in float64.
 
-    Squaring 1e30 overflows float32 (the naive norm returns Inf and the codec NaN); scaling
-    first is only needed then, so it runs only when a plain norm came out infinite."""
+    Squaring 1e30 overflows float32 (the naive norm returns Inf and the codec NaN), squaring
+    1e-30 underflows to 0 (the codec would send zeros); scaling is only needed then, so it runs
+    only for the rows whose plain norm came out infinite or below :data:`SMALL_NORM`."""
     if buckets.shape[1] <= _BLOCK:
         norms = torch.linalg.vector_norm(buckets, dim=1)
     else:  # a long vector_norm sums sequentially (~1e-4 off at 4M values)
         norms = sums_of_squares(buckets).sqrt()
-    if not torch.isfinite(norms).all():
+    if not norms.numel():
+        return norms
+    lo, hi = torch.aminmax(norms)
+    if not math.isfinite(hi.item()):
         check_finite(buckets, "qsgd")  # NaN or Inf in the input; else the squares overflowed
         m = buckets.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
         norms = (torch.linalg.vector_norm(buckets / m, dim=1, dtype=torch.float64)
@@ -47,7 +66,17 @@ def bucket_norms(buckets: torch.Tensor) -> torch.Tensor:
             raise OverflowError("qsgd: a bucket's l2 norm exceeds the float32 range "
                                 f"({norms.max().item():.3g}); scale the tensor first")
         norms = norms.float()
+    elif lo.item() < SMALL_NORM:
+        small = norms < SMALL_NORM
+        norms = norms.clone()
+        norms[small] = _scaled_norms(buckets[small]).float()
     return norms
+
+
+def _scaled_norms(rows: torch.Tensor) -> torch.Tensor:
+    """float64 l2 norms of ``rows``, each row scaled by its largest |entry| before squaring."""
+    m = rows.abs().amax(dim=1, keepdim=True).double().clamp(min=torch.finfo(torch.float64).tiny)
+    return torch.linalg.vector_norm(rows.double() / m, dim=1) * m.reshape(-1)
 
 
 def sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
@@ -136,6 +165,8 @@ def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torc
 
 
 @register("qsgd")
+@takes(s=Arg(int, ge=1, lt=2 ** 32, help="levels (levels are packed in at most 32 bits)"),
+       bucket_size=BUCKET)
 class QSGD(Compressor):
     """QSGD with ``s`` levels and buckets of ``bucket_size`` values (None: one bucket)."""
     fixed_size = True
@@ -149,11 +180,8 @@ class QSGD(Compressor):
                              "bits": "ceil(log2(s + 1))"})
 
     def __init__(self, s: int = 15, bucket_size: int | None = 512, seed: int = 0):
-        self.s = check_int("s", s, 1)
-        self.bucket_size = check_int("bucket_size", bucket_size, 1, allow_none=True)
+        self.s, self.bucket_size = s, bucket_size
         self.bits = s.bit_length()  # ceil(log2(s + 1)): levels 0..s
-        if self.bits > 32:
-            raise ValueError(f"s must be < 2**32 (levels are packed in at most 32 bits), got {s}")
         super().__init__(seed=seed)
 
     def _bucket(self, numel: int) -> int:
@@ -176,8 +204,9 @@ class QSGD(Compressor):
         buckets, the last padded with zeros (as ``as_buckets`` pads it); torch's own
         ``vector_norm`` of them (its bits are the payload's); then the levels, sign bits and
         packing in one C pass, drawn with the generator as ``quantize`` draws. None (nothing
-        drawn) where the general route is needed: s >= 256, long buckets, NaN/Inf or huge
-        values (that route raises, or rescales a bucket whose squares overflow)."""
+        drawn) where the general route is needed: s >= 256, long buckets, NaN/Inf, huge
+        values, or a norm below :data:`SMALL_NORM` (that route raises, or measures again a
+        bucket whose squares overflow or underflow)."""
         n, bucket = x.numel(), self._bucket(x.numel())
         if self.s >= 256 or bucket > _BLOCK:
             return None
@@ -190,6 +219,10 @@ class QSGD(Compressor):
                                                rows * bucket):
             return None
         norms = torch.linalg.vector_norm(x.view(rows, bucket) if v is None else v, dim=1)
+        # the smallest norm's float32 bits (norms are >= 0 and finite here, so their bits are
+        # in the order of their values): one C pass over the norms, no unpacking
+        if native_small.K.lab_float32_range(norms.data_ptr(), rows) & 0xFFFFFFFF < _SMALL_BITS:
+            return None  # squares may have underflowed: bucket_norms measures again, scaled
         signs = native_small.BYTES.new_empty((n + 7) // 8)
         levels = native_small.BYTES.new_empty((n * self.bits + 7) // 8)
         native_small.K.lab_qsgd_encode(

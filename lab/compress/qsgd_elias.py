@@ -110,7 +110,7 @@ class QSGDElias(QSGD):
                            "in 1..s, < 8 bits of zero padding)")
 
     def __init__(self, s: int = 2, bucket_size: int | None = 512, seed: int = 0):
-        super().__init__(s=s, bucket_size=bucket_size, seed=seed)
+        super().__init__(s=s, bucket_size=bucket_size, seed=seed)  # QSGD's declaration checks
 
     def encode(self, flat, key):
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from . import native_small
 from .base import Part, WireFormat, register
-from .topk import EXACT_K, RAGGED, SparseCodec, check_density, resolve_k, sparse_payload
+from .topk import DENSITY, EXACT_K, KEPT, RAGGED, SparseCodec, resolve_k, sparse_payload
 from .wire import range_error
 
 
@@ -50,6 +51,7 @@ def distinct_indices(n: int, k: int, generator: torch.Generator, device="cpu") -
 
 
 @register("randomk_private")
+@takes(density=DENSITY, k=KEPT, scale=Arg(bool, help="multiply kept values by n/k (unbiased)"))
 class RandomK(SparseCodec):
     """Random-k with a private per-rank seed; ``scale=True`` multiplies kept values by n/k."""
     fixed_size = True
@@ -59,8 +61,7 @@ class RandomK(SparseCodec):
 
     def __init__(self, density: float = 0.01, k: int | None = None, scale: bool = False,
                  seed: int = 0):
-        check_density(density, k)
-        self.density, self.k, self.scale = density, k, bool(scale)
+        self.density, self.k, self.scale = density, k, scale
         super().__init__(seed=seed)
 
     def _select_small(self, flat, with_int32: bool):
@@ -74,7 +75,7 @@ class RandomK(SparseCodec):
             k = resolve_k(n, self.density, self.k)
         except ValueError:  # k > n: the general route raises it, after its finiteness check
             return None
-        if self.scale or not 0 < k <= n < 2 ** 31 or not native_small.rng_exact():
+        if self.scale or not 0 < k <= n < 2 ** 31 or not native_small.rng_exact(distinct_indices):
             return None
         return native_small.random_indices(self.generator, n, k, flat, with_int32)
 

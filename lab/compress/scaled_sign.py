@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from ..argspec import SEED, takes
 from . import device, native, native_small
 from .base import Compressor, Part, WireFormat, check_finite, float32s, register
 from .error_feedback import ErrorFeedback
@@ -147,8 +148,11 @@ class ScaledSign(Compressor):
 
 
 @register("efsgd")
+@takes(seed=SEED)
 class EFSGD(ErrorFeedback):
     """EF-SGD with the scaled sign: ``ErrorFeedback(ScaledSign())``."""
+
+    name = "efsgd"
 
     def __init__(self, seed: int = 0):
         super().__init__(ScaledSign(seed=seed))

@@ -56,9 +56,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .base import Compressor, Part, PayloadError, WireFormat, check_int, register
+from ..argspec import Arg, takes
+from .base import Compressor, Part, PayloadError, WireFormat, register
 from .packing import pack_uint, unpack_uint
-from .topk import check_density, resolve_k, topk_indices
+from .topk import resolve_k, topk_indices
 
 PRIME = 2 ** 31 - 1  # the modulus of the rows' hashes (a Mersenne prime)
 UNSET = torch.iinfo(torch.int64).max  # a cell no key was inserted into
@@ -111,6 +112,12 @@ def minmax_query(table: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
 
 
 @register("sketchml")
+@takes(buckets=Arg(int, ge=1, le=2 ** 16, help="quantile buckets (both signs together)"),
+       groups=Arg(int, ge=1, le=2 ** 16, help="groups of buckets, one MinMaxSketch each"),
+       col_ratio=Arg(float, gt=0, le=100, help="sketch columns per key of a group"),
+       rows=Arg(int, ge=1, le=64, help="rows of each MinMaxSketch"),
+       density=Arg(float, gt=0, le=1, none=True, help="keep the largest entries first (None: "
+                                                      "every nonzero entry)"))
 class SketchML(Compressor):
     """SketchML's quantile buckets, grouped MinMaxSketch and delta-binary keys (module
     docstring)."""
@@ -133,16 +140,8 @@ class SketchML(Compressor):
 
     def __init__(self, buckets: int = 256, groups: int = 8, col_ratio: float = 0.3,
                  rows: int = 2, density: float | None = None, seed: int = 0):
-        self.buckets = check_int("buckets", buckets, 1)
-        self.groups = check_int("groups", groups, 1)
-        self.rows = check_int("rows", rows, 1)
-        if isinstance(col_ratio, bool) or not isinstance(col_ratio, (int, float)) \
-                or not 0 < col_ratio < math.inf:
-            raise ValueError(f"col_ratio (sketch columns per key of a group) must be a number > 0, "
-                             f"got {col_ratio!r}")
+        self.buckets, self.groups, self.rows = buckets, groups, rows
         self.col_ratio = float(col_ratio)
-        if density is not None:
-            check_density(density, None)
         self.density = density
         self.span = -(-buckets // groups)  # buckets per group
         super().__init__(seed=seed)

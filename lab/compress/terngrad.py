@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from ..argspec import Arg, takes
 from . import native, native_small
 from .base import (Compressor, Part, WireFormat, check_finite, float32s, register,
                    round_stochastic)
@@ -117,17 +118,17 @@ def ternary_values(codes: torch.Tensor) -> torch.Tensor:
     return (codes & 1).float().sub_((codes >> 1).float())
 
 
-def check_clip(clip) -> float | None:
-    if clip is None:
-        return None
-    if isinstance(clip, bool) or not isinstance(clip, (int, float)):
-        raise TypeError(f"clip must be a number or None, got {type(clip).__name__}")
-    if not clip > 0:
-        raise ValueError(f"clip must be > 0 (or None to turn clipping off), got {clip}")
-    return float(clip)
+#: TernGrad's clipping, c in c * sigma: a finite number > 0, or None (no clipping)
+CLIP = Arg(float, gt=0, none=True, help="clip at c standard deviations (None: no clipping)")
+
+
+def check_clip(clip, owner: str = "") -> float | None:
+    """``clip`` (:data:`CLIP`) as a float, or None."""
+    return None if CLIP.check(clip, "clip", owner) is None else float(clip)
 
 
 @register("terngrad")
+@takes(clip=CLIP)
 class TernGrad(Compressor):
     """Ternary stochastic quantiser with a per-tensor scaler and optional c-sigma clipping."""
     fixed_size = True
@@ -139,7 +140,7 @@ class TernGrad(Compressor):
                       note="2-bit codes 0: 0, 1: +scale, 2: -scale (3 is unused and decodes to 0)")
 
     def __init__(self, clip: float | None = 2.5, seed: int = 0):
-        self.clip = check_clip(clip)
+        self.clip = None if clip is None else float(clip)
         super().__init__(seed=seed)
 
     def encode_plain(self, x, key):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import SEED, Arg, takes
 from . import native, native_small
 from .base import Compressor, Part, WireFormat, register
 from .error_feedback import ErrorFeedback
@@ -23,7 +24,12 @@ from .packing import index_dtype, pack_bits, unpack_bits
 from .wire import min_max, range_error
 
 
+#: the threshold, also the magnitude sent: a float32 (finite, > 0)
+TAU = Arg(float, gt=0, le=3.4028234663852886e38, help="threshold and sent magnitude")
+
+
 @register("threshold")
+@takes(tau=TAU)
 class Threshold(Compressor):
     """Entries with ``|x| > tau`` become ``sign(x) * tau``; the rest become 0."""
 
@@ -32,8 +38,6 @@ class Threshold(Compressor):
                       Part("signs", torch.uint8, "ceil(c / 8)"), counts={"c": "0..n"})
 
     def __init__(self, tau: float = 0.01, seed: int = 0):
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
-            raise ValueError(f"tau must be a positive number, got {tau!r}")
         self.tau = float(tau)
         super().__init__(seed=seed)
 
@@ -101,6 +105,7 @@ class Threshold(Compressor):
 
 
 @register("strom")
+@takes(tau=TAU, seed=SEED)
 def strom(tau: float = 0.01, seed: int = 0) -> ErrorFeedback:
     """Strom (2015) as published: threshold quantization with a local residual."""
     ef = ErrorFeedback(Threshold(tau=tau, seed=seed))

@@ -32,21 +32,25 @@ import math
 
 import torch
 
+from ..argspec import Arg, takes
 from . import native, native_small
 from .base import Compressor, Part, WireFormat, check_finite, register
 from .packing import index_dtype
 from .wire import min_max, range_error
 
+#: The sparsifiers' arguments (declared once, :mod:`lab.argspec`): the kept fraction, or the
+#: kept count instead; the sampled selections' sample fraction and its floor.
+DENSITY = Arg(float, gt=0, le=1, help="kept fraction k/n")
+KEPT = Arg(int, ge=1, none=True, help="values kept (wins over density)")
+SAMPLE = Arg(float, gt=0, le=1, help="fraction of the values sampled to estimate a threshold")
+LEAST_SAMPLE = Arg(int, ge=1, le=2 ** 24, help="values sampled at least")
 
-def check_density(density: float, k: int | None) -> None:
-    """Validate ``density`` in (0, 1] and an optional positive int ``k``."""
-    if k is not None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        return
-    if isinstance(density, bool) or not isinstance(density, (int, float)) \
-            or not 0 < density <= 1:
-        raise ValueError(f"density must be in (0, 1], got {density!r}")
+
+def check_density(density: float, k: int | None, owner: str = "") -> None:
+    """Validate ``density`` in (0, 1] and an optional positive int ``k`` (:data:`DENSITY`,
+    :data:`KEPT`), for callers that are not declared factories themselves."""
+    if KEPT.check(k, "k", owner) is None:
+        DENSITY.check(density, "density", owner)
 
 
 def resolve_k(n: int, density: float, k: int | None = None) -> int:
@@ -175,6 +179,7 @@ class SparseCodec(Compressor):
 
 
 @register("topk")
+@takes(density=DENSITY, k=KEPT)
 class TopK(SparseCodec):
     """Exact Top-k by magnitude (``density`` or ``k``; see the module docstring)."""
     fixed_size = True
@@ -187,7 +192,6 @@ class TopK(SparseCodec):
     checks_finite = True
 
     def __init__(self, density: float = 0.01, k: int | None = None, seed: int = 0):
-        check_density(density, k)
         self.density, self.k = density, k
         super().__init__(seed=seed)
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from .base import Part, WireFormat, register
-from .topk import (SparseCodec, candidates_topk, check_density, resolve_k, sampled_threshold,
-                   sparse_payload, topk_indices)
+from .topk import (DENSITY, KEPT, LEAST_SAMPLE, SAMPLE, SparseCodec, candidates_topk, resolve_k,
+                   sampled_threshold, sparse_payload, topk_indices)
 
 
 #: the default least sample; a tensor of at most this many values gets the exact Top-k
@@ -42,6 +43,8 @@ def sampled_topk_indices(x: torch.Tensor, k: int, generator: torch.Generator,
 
 
 @register("topk_sampled")
+@takes(density=DENSITY, k=KEPT, sample=SAMPLE, min_sample=LEAST_SAMPLE,
+       overshoot=Arg(float, ge=1, help="sampled quantile aims at overshoot x k candidates"))
 class SampledTopK(SparseCodec):
     """Top-k through a threshold estimated on a ``sample`` fraction (default 1%) of entries.
 
@@ -56,13 +59,6 @@ class SampledTopK(SparseCodec):
 
     def __init__(self, density: float = 0.01, k: int | None = None, sample: float = 0.01,
                  overshoot: float = 2.0, min_sample: int = 1000, seed: int = 0):
-        check_density(density, k)
-        if not 0 < sample <= 1:
-            raise ValueError(f"sample must be in (0, 1], got {sample!r}")
-        if not overshoot >= 1:
-            raise ValueError(f"overshoot must be >= 1, got {overshoot!r}")
-        if not (isinstance(min_sample, int) and min_sample >= 1):
-            raise ValueError(f"min_sample must be a positive int, got {min_sample!r}")
         self.density, self.k, self.sample = density, k, sample
         self.overshoot, self.min_sample = overshoot, min_sample
         super().__init__(seed=seed)

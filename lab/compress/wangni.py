@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from ..argspec import Arg, takes
 from .base import register
-from .topk import SparseCodec, check_density, sparse_payload
+from .topk import DENSITY, KEPT, SparseCodec, sparse_payload
 
 
 def wangni_probabilities(mag: torch.Tensor, budget: float, method: str = "exact",
@@ -56,6 +57,9 @@ def wangni_probabilities(mag: torch.Tensor, budget: float, method: str = "exact"
 
 
 @register("wangni")
+@takes(density=DENSITY, k=KEPT,
+       method=Arg(str, choices=("exact", "greedy"), help="how the probabilities are solved"),
+       iters=Arg(int, ge=1, le=1000, help="rounds of the greedy method"))
 class Wangni(SparseCodec):
     """Unbiased sparsifier with variance-optimal keep probabilities (see module docstring)."""
 
@@ -63,11 +67,6 @@ class Wangni(SparseCodec):
 
     def __init__(self, density: float = 0.01, k: int | None = None, method: str = "exact",
                  iters: int = 2, seed: int = 0):
-        check_density(density, k)
-        if method not in ("exact", "greedy"):
-            raise ValueError(f"method must be 'exact' or 'greedy', got {method!r}")
-        if not (isinstance(iters, int) and iters >= 1):
-            raise ValueError(f"iters must be a positive int, got {iters!r}")
         self.density, self.k, self.method, self.iters = density, k, method, iters
         super().__init__(seed=seed)
 

@@ -6,7 +6,8 @@ the tensor's size ``n`` and the codec's parameters, and, where an entry addresse
 scales the output, the range of its entries. ``decompress`` checks a payload against the
 declaration before touching memory and raises :class:`PayloadError` (a ``ValueError``) naming
 the codec, the part, what was expected and what came. The book's codec tables are generated
-from the same declarations (:func:`table`).
+from the same declarations (:func:`lab.compress.base.table`, exported as
+``lab.compress.wire_table``).
 
 Expressions are Python, evaluated with ``n`` (the tensor's number of values), the codec's
 attributes (``density``, ``bits``...), the names its ``wire_vars`` derives (``k``,
@@ -283,21 +284,3 @@ def range_error(codec: str, part: Part, numel: int, t: torch.Tensor) -> PayloadE
     lo, hi = min_max(t)
     return PayloadError(codec, part.name, f"entries in {part.values} = 0..{numel - 1}",
                         f"entries in {lo}..{hi}")
-
-
-def table(codecs) -> list[dict]:
-    """Rows ``codec, part, dtype, length, entries`` for the codecs given (names or objects):
-    the book's wire-format tables, generated from the declarations."""
-    from .base import make
-    rows = []
-    for c in codecs:
-        c = make(c) if isinstance(c, str) else c
-        fmt = c.wire
-        where = "; ".join([f"{k} = {v}" for k, v in fmt.where.items()]
-                          + [f"{k} in {v}" for k, v in fmt.counts.items()
-                             if any(p.size != k and p.size.endswith(k) for p in fmt.parts)])
-        for i, r in enumerate(fmt.rows()):
-            rows.append({"codec": c.name if i == 0 else "", **r,
-                         "where": where if i == 0 else ""})
-    return rows
-

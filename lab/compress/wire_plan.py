@@ -94,8 +94,11 @@ def run_plan(plan, payload) -> bool:
                 return False
         else:  # binds a count: factor * count with the count in its range
             factor = size[1]
-            value, rest = divmod(m, factor) if factor != 1 else (m, 0)
-            if not factor:
+            if factor == 1:
+                value, rest = m, 0
+            elif factor:
+                value, rest = divmod(m, factor)
+            else:  # a count of zero-length things (an empty tensor's atoms): as the full check
                 value, rest = 0, m
             if rest or not size[2] <= value <= size[3]:
                 return False

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Compressor, Part, PayloadError, WireFormat, bernoulli, check_int, register
+from ..argspec import Arg, takes
+from .base import Compressor, Part, PayloadError, WireFormat, bernoulli, register
 from .packing import pack_uint, unpack_uint
 
 
@@ -66,6 +67,8 @@ def round_to_points(x: torch.Tensor, points: torch.Tensor, generator) -> torch.T
 
 
 @register("zipml")
+@takes(levels=Arg(int, ge=2, le=2 ** 16, help="quantization points"),
+       candidates=Arg(int, ge=2, le=2 ** 16, help="values the points are chosen from"))
 class ZipML(Compressor):
     """Data-optimal ``levels`` points (chosen from ``candidates``), stochastic rounding."""
 
@@ -76,10 +79,7 @@ class ZipML(Compressor):
                       note="every code < the number of points (checked where fewer than 2^bits)")
 
     def __init__(self, levels: int = 16, candidates: int = 128, seed: int = 0):
-        self.levels = check_int("levels", levels, 2)
-        self.candidates = check_int("candidates", candidates, 2)
-        if levels > 2 ** 16:
-            raise ValueError(f"levels must be <= 65536, got {levels}")
+        self.levels, self.candidates = levels, candidates
         self.bits = (levels - 1).bit_length()  # ceil(log2(levels))
         super().__init__(seed=seed)
 

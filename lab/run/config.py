@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Any
 
+from ..argspec import SEED, Arg, check_settings, setting, within
 from ..comm import Network, NetworkSchedule
 
 OPTIMIZERS = ("sgd", "adam")
+
+_NAME = Arg(str, help="a registered name")
+_KW = Arg(dict, help="keyword arguments of the named scheme")
 
 
 @dataclass(frozen=True)
@@ -15,102 +20,70 @@ class TrainConfig:
     """Everything one data-parallel run needs: model, data, steps, optimizer, the schemes at
     each extension point (compressor, aggregator, schedule, averaging, sync mode, attack), the
     network and stragglers, each named by string. Checked when built, before any process
-    starts; frozen, so a config can be reused and compared."""
+    starts; frozen, so a config can be reused and compared.
 
-    model: str = "mlp"
-    data: str = "digits"
-    steps: int = 100
-    batch_size: int = 64          # global batch, split evenly over the workers
-    lr: float = 0.1
-    optimizer: str = "sgd"        # "sgd" (with optional momentum) or "adam"
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    compressor: str = "none"      # a name from lab.compress.names()
-    compressor_kw: dict = field(default_factory=dict)
-    error_feedback: bool = False  # wrap the compressor in ErrorFeedback
-    aggregator: str = "auto"      # "auto": dense allreduce without a codec, else "compressed"
-    aggregator_kw: dict = field(default_factory=dict)
-    layerwise: bool | None = None  # tensor by tensor (True) or one flat vector (False);
-                                   # None: the aggregator's own default
-    network: Any = None           # None, a Network, a preset ("1gbps") or "100Mbps,2ms"
-    network_schedule: Any = None  # a network that changes: "25Gbps,1ms:50 1Gbps,32ms:50"
-    schedule: str = "sync"        # when gradients move: a name from lab.schedule
-    schedule_kw: dict = field(default_factory=dict)
-    averaging: str = "none"       # after the optimizer step: a name from lab.averaging
-    averaging_kw: dict = field(default_factory=dict)
-    sync: str = "allreduce"       # who talks to whom: a name from lab.sync
-    sync_kw: dict = field(default_factory=dict)
-    slow_ranks: dict = field(default_factory=dict)  # {rank: compute slowdown factor >= 1}
-    jitter: float = 0.0           # random extra delay per step and rank, uniform in [0, jitter] s
-    byzantine: int = 0            # how many ranks (the last ones) run ``attack``
-    attack: str = "none"          # a name from lab.attack
-    attack_kw: dict = field(default_factory=dict)
-    eval_every: int = 20          # evaluate on held-out data every n steps (0: only at the end)
-    seed: int = 0
-    model_kw: dict = field(default_factory=dict)
-    data_kw: dict = field(default_factory=dict)
-    label: str = ""               # a name for tables and plots
+    Every field is declared with its :class:`~lab.argspec.Arg` (type, range or choices) in the
+    line that defines it, and checked from there; each ``*_kw`` is checked against the named
+    scheme's own declaration; :data:`RULES` check what spans fields (a model that fits the
+    data, a batch the data set holds, an attack's knowledge and its count...). A new field is
+    one line: ``link: str = setting("model", Arg(str, choices=("model", "kernel")))``."""
+
+    model: str = setting("mlp", _NAME)
+    data: str = setting("digits", _NAME)
+    steps: int = setting(100, Arg(int, ge=1, help="optimizer steps"))
+    batch_size: int = setting(64, Arg(int, ge=1, help="global batch, split over the workers"))
+    lr: float = setting(0.1, Arg(float, gt=0, help="learning rate"))
+    optimizer: str = setting("sgd", Arg(str, choices=OPTIMIZERS, help="sgd (with optional "
+                                                                      "momentum) or adam"))
+    momentum: float = setting(0.0, Arg(float, ge=0, lt=1, help="SGD's momentum"))
+    weight_decay: float = setting(0.0, Arg(float, ge=0, help="L2 penalty"))
+    compressor: str = setting("none", _NAME)       # a name from lab.compress.names()
+    compressor_kw: dict = setting({}, _KW)
+    error_feedback: bool = setting(False, Arg(bool, help="wrap the compressor in ErrorFeedback"))
+    aggregator: str = setting("auto", _NAME)       # "auto": dense allreduce without a codec,
+    aggregator_kw: dict = setting({}, _KW)         # else "compressed"
+    # tensor by tensor (True) or one flat vector (False); None: the aggregator's own default
+    layerwise: bool | None = setting(None, Arg(bool, none=True))
+    # None, a Network, a preset ("1gbps") or "100Mbps,2ms"
+    network: Any = setting(None, Arg((str, Network), none=True, help="the emulated link"))
+    # a network that changes: "25Gbps,1ms:50 1Gbps,32ms:50"
+    network_schedule: Any = setting(None, Arg((str, list, tuple, NetworkSchedule), none=True))
+    # "model": the network emulated by the alpha-beta model; "kernel": ranks in network
+    # namespaces whose NICs the kernel shapes to the network's rate (lab.comm.kernel)
+    link: str = setting("model", Arg(str, choices=("model", "kernel"), help="how the network is made"))
+    schedule: str = setting("sync", _NAME)         # when gradients move: lab.schedule
+    schedule_kw: dict = setting({}, _KW)
+    averaging: str = setting("none", _NAME)        # after the optimizer step: lab.averaging
+    averaging_kw: dict = setting({}, _KW)
+    sync: str = setting("allreduce", _NAME)        # who talks to whom: lab.sync
+    sync_kw: dict = setting({}, _KW)
+    # {rank: compute slowdown factor >= 1}
+    slow_ranks: dict = setting({}, Arg(dict, help="stragglers: rank -> slowdown factor"))
+    # random extra delay per step and rank, uniform in [0, jitter] s
+    jitter: float = setting(0.0, Arg(float, ge=0, le=3600, help="seconds"))
+    byzantine: int = setting(0, Arg(int, ge=0, help="how many ranks (the last) run attack"))
+    attack: str = setting("none", _NAME)           # a name from lab.attack
+    attack_kw: dict = setting({}, _KW)
+    # evaluate on held-out data every n steps (0: only at the end)
+    eval_every: int = setting(20, Arg(int, ge=0, help="steps between evaluations"))
+    seed: int = setting(0, SEED)
+    model_kw: dict = setting({}, _KW)
+    data_kw: dict = setting({}, _KW)
+    stop_on_divergence: bool = setting(True, Arg(bool, help="stop a run whose loss diverged"))
+    label: str = setting("", Arg(str, help="a name for tables and plots"))
 
     def __post_init__(self):
-        from .. import aggregate, attack, averaging, compress, data, models, schedule, sync
-        models.REGISTRY.check(self.model, "model")
-        schedule.REGISTRY.check(self.schedule, "schedule")
-        averaging.REGISTRY.check(self.averaging, "averaging")
-        sync.REGISTRY.check(self.sync, "sync")
-        attack.REGISTRY.check(self.attack, "attack")
-        data.REGISTRY.check(self.data, "data")
-        compress.REGISTRY.check(self.compressor, "compressor")
+        check_settings(self)  # every field on its own: type, range, choices
+        for rule in RULES:    # what spans fields, or needs a registry
+            rule(self)
+
+    def aggregator_name(self) -> str:
+        """The aggregator that runs: ``aggregator``, or for "auto" dense allreduce without a
+        codec and "compressed" with one."""
         if self.aggregator != "auto":
-            aggregate.REGISTRY.check(self.aggregator, "aggregator")
-            takes = aggregate.REGISTRY.get(self.aggregator).uses_compressor
-            if not takes and (self.compressor != "none" or self.error_feedback):
-                raise ValueError(f"aggregator={self.aggregator!r} does its own compression; "
-                                 f"leave compressor='none' and error_feedback=False (got "
-                                 f"compressor={self.compressor!r})")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        for name in ("steps", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise ValueError(f"eval_every must be an int >= 0, got {self.eval_every!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
-        for name in ("compressor_kw", "aggregator_kw", "model_kw", "data_kw", "schedule_kw",
-                     "averaging_kw", "sync_kw", "attack_kw", "slow_ranks"):
-            if not isinstance(getattr(self, name), dict):
-                raise TypeError(f"{name} must be a dict, got {type(getattr(self, name)).__name__}")
-        for reg, name, kw, injected in ((compress.REGISTRY, self.compressor, "compressor_kw", ()),
-                                        (averaging.REGISTRY, self.averaging, "averaging_kw", ("engine",)),
-                                        (attack.REGISTRY, self.attack, "attack_kw", ("engine", "byzantine"))):
-            try:  # a misspelt option fails here, not in every rank after launch
-                reg.check_arguments(name, getattr(self, kw), injected)
-            except TypeError as e:
-                raise ValueError(f"{kw}: {e}") from None
-        try:  # a bad value (sketchml col_ratio=0) fails here too, naming the argument
-            compress.make(self.compressor, **self.compressor_kw)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"compressor_kw: {e}") from None
-        Network.parse(self.network)  # raises on a bad spec
-        NetworkSchedule.parse(self.network_schedule)
-        if self.network is not None and self.network_schedule is not None:
-            raise ValueError("give network or network_schedule, not both")
-        for r, f in self.slow_ranks.items():
-            if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-                raise ValueError(f"slow_ranks keys must be rank numbers >= 0, got {r!r}")
-            if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
-                raise ValueError(f"slow_ranks[{r}] must be a slowdown factor >= 1, got {f!r}")
-        if isinstance(self.jitter, bool) or not isinstance(self.jitter, (int, float)) \
-                or not self.jitter >= 0:
-            raise ValueError(f"jitter must be a number of seconds >= 0, got {self.jitter!r}")
-        if isinstance(self.byzantine, bool) or not isinstance(self.byzantine, int) \
-                or self.byzantine < 0:
-            raise ValueError(f"byzantine must be an int >= 0, got {self.byzantine!r}")
-        if self.byzantine and self.attack == "none":
-            raise ValueError(f"byzantine={self.byzantine} ranks need an attack (attack='none')")
+            return self.aggregator
+        return "allreduce" if self.compressor == "none" and not self.error_feedback \
+            else "compressed"
 
     @property
     def net(self) -> Network | None:
@@ -179,3 +152,113 @@ class TrainConfig:
             check = getattr(reg.get(name), "check", None) if name is not None else None
             if check is not None:
                 check(self, workers)
+
+
+# -- the rules of a config: what spans fields or needs a registry (each raises, naming it) ----
+def _registries() -> dict:
+    from .. import aggregate, attack, averaging, compress, data, models, schedule, sync
+    return {"model": models.REGISTRY, "data": data.REGISTRY, "compressor": compress.REGISTRY,
+            "aggregator": aggregate.REGISTRY, "schedule": schedule.REGISTRY,
+            "averaging": averaging.REGISTRY, "sync": sync.REGISTRY, "attack": attack.REGISTRY}
+
+
+#: field naming a scheme -> (its keyword field, what lab passes it itself)
+NAMED = {"model": ("model_kw", ("data",)), "data": ("data_kw", ("seed",)),
+         "schedule": ("schedule_kw", ("engine",)), "averaging": ("averaging_kw", ("engine",)),
+         "sync": ("sync_kw", ("workers",)), "attack": ("attack_kw", ("engine", "byzantine")),
+         "compressor": ("compressor_kw", ()), "aggregator": ("aggregator_kw", ("comm", "compressor"))}
+
+
+def _names(cfg: TrainConfig) -> None:
+    """Every named scheme is registered (a did-you-mean otherwise)."""
+    regs = _registries()
+    for field_ in ("model", "schedule", "averaging", "sync", "attack", "data", "compressor",
+                   "aggregator"):
+        name = getattr(cfg, field_)
+        if field_ == "aggregator" and name == "auto":
+            continue
+        regs[field_].check(name, field_)
+    if cfg.aggregator != "auto" and not regs["aggregator"].get(cfg.aggregator).uses_compressor \
+            and (cfg.compressor != "none" or cfg.error_feedback):
+        raise ValueError(f"aggregator={cfg.aggregator!r} does its own compression; "
+                         f"leave compressor='none' and error_feedback=False (got "
+                         f"compressor={cfg.compressor!r})")
+
+
+def _keywords(cfg: TrainConfig) -> None:
+    """Every ``*_kw`` against its scheme's signature and declared arguments (the codec is
+    built: cheap, and its own checks run)."""
+    from .. import compress
+    regs = _registries()
+    for field_, (kw_field, injected) in NAMED.items():
+        kw = getattr(cfg, kw_field)
+        for k in kw:
+            if not isinstance(k, str):
+                raise TypeError(f"{kw_field}: keys must be argument names (str), got {k!r}")
+        name = cfg.aggregator_name() if field_ == "aggregator" else getattr(cfg, field_)
+        if field_ == "aggregator" and cfg.layerwise is not None:
+            kw = {**kw, "layerwise": cfg.layerwise}  # what the run passes the aggregator
+        try:  # a misspelt option or a bad value fails here, not in every rank after launch
+            regs[field_].check_arguments(name, kw, injected)
+            if field_ == "compressor":
+                compress.make(name, **kw)
+        except (TypeError, ValueError) as e:
+            raise within(e, kw_field) from None
+
+
+def _optimizer(cfg: TrainConfig) -> None:
+    if cfg.optimizer == "adam" and cfg.momentum:
+        raise ValueError(f"momentum={cfg.momentum} is SGD's; optimizer='adam' keeps its own "
+                         f"moments: leave momentum=0")
+
+
+def _network(cfg: TrainConfig) -> None:
+    try:
+        Network.parse(cfg.network)  # raises on a bad spec
+    except ValueError as e:
+        raise within(e, "network") from None
+    NetworkSchedule.parse(cfg.network_schedule)
+    if cfg.network is not None and cfg.network_schedule is not None:
+        raise ValueError("give network or network_schedule, not both")
+    if cfg.link == "kernel" and cfg.network is None and cfg.network_schedule is None:
+        raise ValueError("link='kernel' needs a network (its NICs are shaped to its rate), "
+                         "e.g. network='1Gbps,0.1ms'")
+
+
+def _stragglers(cfg: TrainConfig) -> None:
+    for r, f in cfg.slow_ranks.items():
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ValueError(f"slow_ranks keys must be rank numbers >= 0, got {r!r}")
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1 <= f < math.inf:
+            raise ValueError(f"slow_ranks[{r}] must be a finite slowdown factor >= 1, got {f!r}")
+
+
+def _attack(cfg: TrainConfig) -> None:
+    if cfg.byzantine and cfg.attack == "none":
+        raise ValueError(f"byzantine={cfg.byzantine} ranks need an attack (attack='none')")
+
+
+def _workload(cfg: TrainConfig) -> None:
+    """The model fits the data (task, images) and the global batch fits the training set."""
+    from .. import data, models
+    models.check_fits(cfg.model, cfg.data)
+    size = data.train_size(cfg.data, **cfg.data_kw)
+    if size is not None and cfg.batch_size > size:
+        raise ValueError(f"batch_size ({cfg.batch_size}) exceeds the {size} training examples "
+                         f"of data={cfg.data!r}" + (f" with data_kw={cfg.data_kw}"
+                                                    if cfg.data_kw else ""))
+
+
+def _schemes(cfg: TrainConfig) -> None:
+    """Each named scheme's own config rules (a factory's ``check_config(cfg)``: a schedule's
+    options, an attack's knowledge against the number of attackers...)."""
+    regs = _registries()
+    for field_ in ("sync", "schedule", "averaging", "attack", "aggregator"):
+        check = getattr(regs[field_].get(cfg.aggregator_name() if field_ == "aggregator"
+                                         else getattr(cfg, field_)), "check_config", None)
+        if check is not None:
+            check(cfg)
+
+
+#: The rules :meth:`TrainConfig.__post_init__` runs after the fields' own checks, in order.
+RULES = (_names, _optimizer, _keywords, _network, _stragglers, _attack, _workload, _schemes)

@@ -12,7 +12,8 @@ from ..textable import format_rows
 
 @dataclass
 class History:
-    """What a run measured, per step: loss, bytes sent and received by rank 0, compute, codec
+    """What a run measured, per step: loss, bytes rank 0 handed over and received (and put on
+    and took off its wire), compute, codec
     and communication seconds (measured, and modeled on the network), evaluations, and each
     scheme's own series (``series``); plus saving, loading and summarising."""
 
@@ -21,6 +22,10 @@ class History:
     loss: list[float] = field(default_factory=list)      # training loss, mean over ranks
     bytes: list[int] = field(default_factory=list)       # bytes rank 0 handed to the network
     recv_bytes: list[int] = field(default_factory=list)  # bytes that reached rank 0 from peers
+    # bytes rank 0's NIC sent and received under each collective's algorithm (a ring allreduce
+    # sends 2(p-1)/p of what it is handed; lab.comm.cost.wire_bytes): what a link carries
+    wire_sent: list[int] = field(default_factory=list)
+    wire_recv: list[int] = field(default_factory=list)
     compute_s: list[float] = field(default_factory=list)  # forward + backward (measured)
     codec_s: list[float] = field(default_factory=list)   # compress/decompress (measured)
     comm_s: list[float] = field(default_factory=list)    # in collectives (measured, incl. emulation)

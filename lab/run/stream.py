@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .history import History
 
-_LISTS = ("loss", "bytes", "recv_bytes", "compute_s", "codec_s", "comm_s", "modeled_comm_s",
+_LISTS = ("loss", "bytes", "recv_bytes", "wire_sent", "wire_recv", "compute_s", "codec_s", "comm_s", "modeled_comm_s",
           "eval_step", "test_loss", "test_acc")
 
 

@@ -51,6 +51,19 @@ class RankContext:
             print(f"[rank {self.rank}] {text}", flush=True)
 
 
+#: The longest timeout handed to torch.distributed (24 days: under 2**31 ms): what an infinite
+#: timeout becomes there.
+LONGEST_TIMEOUT = timedelta(days=24)
+
+
+def timeout_delta(seconds: float) -> timedelta:
+    """``seconds`` as the timedelta torch.distributed takes (``float("inf")``, no timeout:
+    :data:`LONGEST_TIMEOUT`)."""
+    if seconds >= LONGEST_TIMEOUT.total_seconds():
+        return LONGEST_TIMEOUT
+    return timedelta(seconds=seconds)
+
+
 DEVICES = ("auto", "cpu", "cuda")  # what a launch (and a notebook profile) may ask to compute on
 
 
@@ -93,6 +106,6 @@ def from_env(backend: str = "auto", device: str = "auto", network=None,
     keep_freed_memory()
     if not dist.is_initialized():
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout))
+                                timeout=timeout_delta(timeout))
     dev = rank_device(local, kind)
     return RankContext(rank, world, dev, backend, Collective(network=Network.parse(network)))

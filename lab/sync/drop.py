@@ -9,20 +9,19 @@ worker is simply refreshed with the current model; fresher gradients are applied
 """
 from __future__ import annotations
 
+from ..argspec import Arg, takes
 from .base import register
 from .server import ServerMode
 
 
 @register("drop")
+@takes(max_staleness=Arg(int, ge=0, help="updates a gradient may lag and still be applied"))
 class Drop(ServerMode):
     name = "drop"
     resumable = True  # at a step boundary every grant can be made anew
 
     def __init__(self, workers: int, max_staleness: int = 4):
         super().__init__(workers)
-        if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) \
-                or max_staleness < 0:
-            raise ValueError(f"max_staleness must be an int >= 0, got {max_staleness!r}")
         self.max_staleness = max_staleness
 
     def on_push(self, srv, w, grad, version):

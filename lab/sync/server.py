@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from .. import schedule
+from ..argspec import Arg, takes
 from ..comm import Collective, CommLedger
 from .base import SyncMode
 
@@ -62,6 +63,7 @@ def link_traffic(records) -> dict:
     return out
 
 
+@takes(workers=Arg(int, ge=1, help="worker ranks (lab passes it)"))
 class ServerMode(SyncMode):
     """Base of the parameter-server modes; a subclass says how a push is handled."""
 
@@ -105,7 +107,8 @@ class ServerMode(SyncMode):
         try:
             cls(n, **cfg.sync_kw)
         except TypeError as e:
-            raise ValueError(f"sync_kw {cfg.sync_kw!r} not understood by sync={cfg.sync!r}: {e}")
+            raise ValueError(f"sync_kw {cfg.sync_kw!r} not understood by sync={cfg.sync!r}: "
+                             f"{e}") from None
 
     @classmethod
     def run(cls, ctx, cfg, desc: str = "", checkpoint: dict | None = None):
@@ -268,6 +271,8 @@ class Server:
                 h.loss.append(sum(losses) / len(losses))
                 h.bytes.append(sum(r.bytes for r in recs))
                 h.recv_bytes.append(sum(r.recv_bytes for r in recs))
+                h.wire_sent.append(sum(r.wire_sent for r in recs))
+                h.wire_recv.append(sum(r.wire_recv for r in recs))
                 h.compute_s.append(self.apply_s)
                 h.codec_s.append(0.0)
                 h.comm_s.append(max(0.0, interval - self.apply_s))

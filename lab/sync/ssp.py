@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import math
 
+from ..argspec import Arg, takes
 from .base import register
 from .server import ServerMode
 
 
 @register("ssp")
+@takes(staleness=Arg(int, ge=0, also=(math.inf, "inf", "infinity"),
+                     help="clocks a worker may run ahead of the slowest (inf: ASP)"))
 class SSP(ServerMode):
     name = "ssp"
 
     def __init__(self, workers: int, staleness: float = 3):
         super().__init__(workers)
-        if isinstance(staleness, str) and staleness.lower() in ("inf", "infinity"):
-            staleness = math.inf
-        if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) \
-                or math.isnan(staleness) or staleness < 0 \
-                or (staleness != math.inf and staleness != int(staleness)):
-            raise ValueError(f"staleness must be an int >= 0 or inf, got {staleness!r}")
-        self.s = staleness
+        self.s = math.inf if isinstance(staleness, str) else staleness  # "inf": declared
         self.waiting: list[int] = []
 
     def on_push(self, srv, w, grad, version):

@@ -22,6 +22,7 @@ from ..run.failed import RunFailed
 from ..run.history import History
 from ..run.stream import extend
 from ..runtime import LaunchError, RankContext, launch
+from . import guard as divergence
 from . import resume as rank_state
 from .resume import Keeper
 
@@ -38,6 +39,9 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
         return mode.run(ctx, cfg, progress_desc, checkpoint=checkpoint)  # resumable (checked)
     comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
     e = engine(ctx, cfg, comm)
+    # a non-finite gradient named with its rank before it is summed (reads only: a run that
+    # does not diverge computes the same numbers)
+    guard = divergence.install(e, cfg.schedule) if cfg.stop_on_divergence else None
     sched = schedule.make(cfg.schedule, e, **cfg.schedule_kw)
     keep = Keeper(ctx, cfg, e, sched, stream, checkpoint)  # history (resumed?), checkpoints
     h = keep.history
@@ -49,6 +53,8 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
         for step in range(keep.first, cfg.steps):
             comm.network = cfg.network_at(step)
             comm.ledger.step = step
+            if guard is not None:
+                guard.step = step
             x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
             x, y = e.attack.on_batch(x.to(ctx.device), y.to(ctx.device), step)
             r = sched.step(step, x, y)
@@ -62,6 +68,8 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
             h.loss.append(r.loss)
             h.bytes.append(sum(rec.bytes for rec in recs))
             h.recv_bytes.append(sum(rec.recv_bytes for rec in recs))
+            h.wire_sent.append(sum(rec.wire_sent for rec in recs))
+            h.wire_recv.append(sum(rec.wire_recv for rec in recs))
             h.compute_s.append(r.compute_s)
             h.comm_s.append(wire if r.comm_s is None else r.comm_s)
             h.codec_s.append(max(0.0, r.exchange_s - wire) if r.codec_s is None else r.codec_s)
@@ -79,6 +87,8 @@ def train_rank(ctx: RankContext, cfg: TrainConfig, progress_desc: str = "", *,
                     h.test_loss.append(tl)
                     h.test_acc.append(ta)
             keep.after_step(done, comm.ledger, mark, time.perf_counter() - start)
+            if guard is not None:   # the step is kept (streamed, checkpointed) before it stops
+                divergence.check_loss(r.loss, h.loss[0], step, ctx.rank, cfg.lr)
             ctx.progress(done, cfg.steps, progress_desc or cfg.name)
     finally:
         sched.close()
@@ -139,6 +149,13 @@ def train_many(configs: list[TrainConfig], workers: int, *, _checkpoint: dict | 
         c.check_workers(workers)
     launch_kw.setdefault("timeout", 60 + 30 * len(configs))
     launch_kw.setdefault("device", "cpu")
+    links = {c.link for c in configs}
+    if len(links) > 1:
+        raise ValueError("configs of one launch must share one link ('model' or 'kernel'), got "
+                         f"{sorted(links)}: run them in separate calls")
+    if links == {"kernel"}:  # the NICs start at the first config's rate; each run reshapes them
+        launch_kw.setdefault("link", "kernel")
+        launch_kw.setdefault("network", configs[0].network_at(0))
     try:
         results = launch(train_configs, workers, configs, _checkpoint, **launch_kw)
     except LaunchError as err:

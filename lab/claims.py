@@ -1,0 +1,120 @@
+"""Paper claims checked by the book: a verdict computed from thresholds declared before the runs.
+
+A chapter that tests a paper's claim declares, in the cell that asserts it, the *quantity* it
+measures, the thresholds that make the claim **hold** or **hold in part** (anything else: it
+**does not hold here**), the *evidence* (what kind of substrate the number comes from and how
+many runs, seeds and steps stand behind it) and, for byte claims, which bytes (handed to a
+collective, or on the wire under its algorithm). :func:`record` computes the verdict from the
+measured value; no verdict is typed anywhere. ``lab.nb.claim`` displays the record and stores
+it in the cell's output, from which ``tools/claims_page.py`` builds the book's scorecard.
+
+A threshold is ``(op, bound)`` with ``op`` one of ``>=``, ``>``, ``<=``, ``<``; a claim with
+several quantities gives a dict of values and a dict of thresholds by name (all must pass).
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+VERDICTS = ("holds", "holds in part", "does not hold here")
+#: where a claim's number comes from (the page filters by it)
+SUBSTRATES = {
+    "kernel link": "times measured with the bytes on a kernel-shaped link (network namespaces)",
+    "modeled link": "times measured on the emulated link: the alpha-beta model plus this "
+                    "machine's own cost",
+    "modeled clock": "measured compute with each exchange's alpha-beta time summed in",
+    "measured": "accuracy, loss or CPU time of real runs on this machine, no link involved",
+    "ledger": "bytes counted by the ledger from the tensors of real runs",
+    "formula": "a closed-form computation",
+    "Monte Carlo": "repeated random draws",
+    "stored grid": "a stored measurement file, with the machine and date that made it",
+}
+BYTES = ("handed over", "on the wire")
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+def _check_threshold(name: str, t) -> None:
+    if not (isinstance(t, tuple) and len(t) == 2 and t[0] in _OPS
+            and isinstance(t[1], (int, float)) and not isinstance(t[1], bool)
+            and math.isfinite(t[1])):
+        raise ValueError(f"{name} must be (op, bound) with op one of {tuple(_OPS)} and a finite "
+                         f"bound, got {t!r}")
+
+
+def _conditions(name: str, spec, value) -> dict:
+    """``spec`` as ``{quantity: (op, bound)}`` against ``value`` (a number or a dict)."""
+    if spec is None:
+        return {}
+    if isinstance(value, dict):
+        if not isinstance(spec, dict) or not spec:
+            raise ValueError(f"{name}: value is a dict of quantities, so {name} must be a dict "
+                             f"of (op, bound) by quantity, got {spec!r}")
+        missing = set(spec) - set(value)
+        if missing:
+            raise ValueError(f"{name} names quantities the value lacks: {sorted(missing)}")
+    elif isinstance(spec, dict):
+        raise ValueError(f"{name} is a dict, but value is one number")
+    spec = spec if isinstance(spec, dict) else {"value": spec}
+    for q, t in spec.items():
+        _check_threshold(f"{name}[{q!r}]", t)
+    return spec
+
+
+def _passes(spec: dict, value) -> bool:
+    vals = value if isinstance(value, dict) else {"value": value}
+    return all(_OPS[op](float(vals[q]), bound) for q, (op, bound) in spec.items())
+
+
+def verdict(value, holds, in_part=None) -> str:
+    """The verdict for ``value``: "holds" where every ``holds`` threshold passes, else "holds in
+    part" where every ``in_part`` one does, else "does not hold here"."""
+    h = _conditions("holds", holds, value)
+    if not h:
+        raise ValueError("a claim needs its holds thresholds")
+    p = _conditions("in_part", in_part, value)
+    if _passes(h, value):
+        return VERDICTS[0]
+    if p and _passes(p, value):
+        return VERDICTS[1]
+    return VERDICTS[2]
+
+
+def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, in_part=None,
+           substrate: str, runs: int, seeds: int = 1, steps: int | None = None,
+           measured: str, bytes: str | None = None, why_part: str = "", why_not: str = "",
+           margin: dict | None = None, target: bool = False) -> dict:
+    """A claim's record, its verdict computed (module docstring). ``measured`` says in words
+    what the runs measured (built from their numbers); ``why_part``/``why_not`` why the claim
+    would hold only in part / not here, written with the thresholds, before the runs; the one
+    the computed verdict needs must be given. ``margin``: where a threshold's margin came
+    from (``spread``, ``runs``, ``machine``, ``date``, and ``history``: earlier values with
+    why they changed). ``target``: one of the book's own targets, not a paper's claim."""
+    for name, text in (("key", key), ("paper", paper), ("claimed", claimed),
+                       ("quantity", quantity), ("measured", measured)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{name} must be a non-empty string, got {text!r}")
+    if substrate not in SUBSTRATES:
+        raise ValueError(f"substrate must be one of {sorted(SUBSTRATES)}, got {substrate!r}")
+    if bytes is not None and bytes not in BYTES:
+        raise ValueError(f"bytes must be one of {BYTES} (or None), got {bytes!r}")
+    for name, n in (("runs", runs), ("seeds", seeds)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be an int >= 1 or None, got {steps!r}")
+    nums = value.values() if isinstance(value, dict) else [value]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in nums):
+        raise ValueError(f"value must be a finite number or a dict of them, got {value!r}")
+    v = verdict(value, holds, in_part)
+    why = {"holds": "", "holds in part": why_part, "does not hold here": why_not}[v]
+    if v != "holds" and not why.strip():
+        raise ValueError(f"claim {key!r} computes {v!r}: give why_{'part' if v == VERDICTS[1] else 'not'}")
+    fmt = (lambda s: s if isinstance(s, dict) else {"value": s})
+    return {"key": key, "paper": paper, "claimed": claimed, "quantity": quantity,
+            "value": value if isinstance(value, dict) else float(value),
+            "holds": {q: list(t) for q, t in fmt(holds).items()},
+            "in_part": None if in_part is None else {q: list(t) for q, t in fmt(in_part).items()},
+            "verdict": v, "why": why, "measured": measured, "substrate": substrate,
+            "size": {"runs": runs, "seeds": seeds, "steps": steps}, "bytes": bytes,
+            "margin": margin, "target": bool(target)}
