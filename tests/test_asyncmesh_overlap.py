@@ -93,3 +93,18 @@ def test_cli_takes_the_authors_settings_and_a_replica_link(tmp_path, capsys):
     assert "stage1/replica1" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # argparse refuses a schedule it does not know
         main(["--stages", "2", "--lr-schedule", "linear"])
+
+
+def test_non_blocking_runs_at_most_tau_steps_ahead_of_a_slow_replica_then_waits():
+    """A replica 3x slower (emulated devices: 10 ms forward, 20 ms backward): the fast one runs
+    free until the average of step t - tau needs the slow one's step t - tau, then waits on
+    every step; it is never more than tau steps ahead."""
+    from lab.pipeline import train
+    from lab.pipeline.report import lead
+    h = train(PipelineConfig(model="gpt", stages=1, replicas=2, microbatches=1, batch_size=8,
+                             steps=8, lr=1e-2, model_kw={"layers": 2, "dim": 16}, schedule="gpipe",
+                             forward_s=0.01, slow_ranks={1: 3.0}, dp="sparse-avg",
+                             dp_kw={"fraction": 0.1, "delay": 2}), progress=False)
+    waits = h.series["avg_wait/stage0/replica0"]
+    assert 0 < lead(h, fast=0, slow=1) <= 2
+    assert max(waits[:2]) < 0.005 and min(waits[-3:]) > 0.03  # 60 ms a step behind, then waits

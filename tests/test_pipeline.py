@@ -157,3 +157,28 @@ def test_cli_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "stage1" in out and (tmp_path / "history.json").exists() and (tmp_path / "plot.png").exists()
     assert cli_main(["--stages", "9"]) == 2
+
+
+KERNEL = __import__("lab.comm.kernel", fromlist=["unavailable"]).unavailable()
+
+
+@pytest.mark.skipif(KERNEL is not None, reason=f"kernel links unavailable: {KERNEL}")
+def test_a_kernel_link_runs_the_mesh_on_shaped_nics_with_the_same_arithmetic(tmp_path, capsys):
+    b = dict(model="gpt", stages=2, replicas=2, microbatches=2, batch_size=16, lr=1e-2, steps=3,
+             model_kw={"layers": 2, "dim": 16}, schedule="async-nesterov", dp="sparse-avg",
+             dp_kw={"fraction": 0.2, "delay": 1}, network="100Mbps,1ms", dp_network="100Mbps,5ms")
+    model, kernel = (run_raw([PipelineConfig(**b, link=link)], progress=False)[0]
+                     for link in ("model", "kernel"))
+    for a, k in zip(model, kernel):
+        assert (a["link"], k["link"]) == ("model", "kernel")  # every rank on its shaped NIC
+        assert torch.equal(a["weights"], k["weights"]) and a["wire_sent"] == k["wire_sent"]
+    assert cli_main(["--stages", "2", "--steps", "2", "--batch-size", "8", "--model-kw", "layers=2",
+                     "dim=16", "--link", "kernel", "--network", "100Mbps,1ms",
+                     "--out", str(tmp_path)]) == 0
+
+
+def test_cli_refuses_a_kernel_link_whose_axes_differ_in_rate_naming_them(capsys):
+    assert cli_main(["--stages", "2", "--replicas", "2", "--batch-size", "8", "--link", "kernel",
+                     "--network", "1Gbps,1ms", "--dp-network", "10Mbps,50ms"]) == 2
+    err = capsys.readouterr().err
+    assert "dp_network='10Mbps,50ms' and network='1Gbps,1ms' differ in bandwidth" in err

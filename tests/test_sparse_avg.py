@@ -85,3 +85,36 @@ def test_on_a_2x2_mesh_full_sparse_averaging_equals_sync_dp_and_bytes_are_fracti
             assert r["dp_bytes"] == [round(0.05 * r["params"]) * 4] * 3  # from the ledger
         # merges start once the delay has passed: none at steps 0, 1, then one per step
         assert reps[0]["avg_merged"] == [0, 0, 1]
+
+
+def _walk(correction, delay, ema=0.9, steps=12, fraction=0.5):
+    """A world of one whose parameters take random steps; returns them after every step."""
+    layer, avg = _averager(fraction=fraction, delay=delay, ema=ema, correction=correction)
+    g = torch.Generator().manual_seed(1)
+    out = []
+    with torch.no_grad():
+        for t in range(steps):
+            for p in layer.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.01)
+            avg.after_step(t)
+            out.append(torch.nn.utils.parameters_to_vector(layer.parameters()).clone())
+    return out
+
+
+def test_progress_rule_adds_back_exactly_the_replicas_own_steps():
+    """In a world of one the average is the replica's own value when it sent, so adding back
+    its steps since then leaves it where its steps took it: merging is a no-op, even with
+    subsets that overlap within the delay (merges are not counted as progress); overwriting
+    undoes the steps."""
+    free = _walk("none", delay=10**6)  # never merged within the run
+    torch.testing.assert_close(_walk("progress", delay=3)[-1], free[-1])
+    assert not torch.allclose(_walk("none", delay=3)[-1], free[-1])
+
+
+def test_ema_with_beta_zero_at_delay_one_is_the_progress_rule_and_delay_zero_leaves_no_choice():
+    for a, b in zip(_walk("ema", delay=1, ema=0.0), _walk("progress", delay=1)):
+        torch.testing.assert_close(a, b)
+    runs = [_walk(c, delay=0) for c in ("none", "ema", "progress")]
+    assert all(torch.equal(x, y) for r in runs[1:] for x, y in zip(runs[0], r))
+    with pytest.raises(ValueError, match="correction"):
+        SparseAverager.check_kw(correction="exact")

@@ -5,12 +5,16 @@
         --dp sparse-avg --dp-kw fraction=0.05 delay=4 ema=0.9 --network '100Mbps,2ms'
     python -m lab pipeline --stages 2 --replicas 2 --schedule async-nesterov --weight-decay 0.01 \\
         --clip 10 --lr-schedule cosine --warmup 8 --dp sparse-avg --dp-network '10Mbps,50ms'
+    python -m lab pipeline --stages 2 --replicas 2 --link kernel --network '100Mbps,1ms' \\
+        --dp-network '100Mbps,20ms'     # Linux, root: every rank behind its own shaped NIC
 """
 from __future__ import annotations
 
 
-from .args import integer, key_value, kind_type, network_type, number, parser as new_parser, rank_factor
-from .runs import add_checkpoint_flags, checkpoint_kw, launched, refused, write_history
+from .args import integer, key_value, kind_type, number, parser as new_parser, rank_factor
+from .formatting import link_type, with_defaults
+from .runs import (add_checkpoint_flags, checkpoint_kw, launched, out_refused, refused,
+                   unwritten, write_history)
 
 HELP = "pipeline-parallel training: python -m lab pipeline --help"
 
@@ -19,7 +23,7 @@ def parser():
     """The parser of ``python -m lab pipeline``."""
     name = lambda kind: kind_type(kind, "pipeline")  # noqa: E731
     kw = dict(nargs="*", metavar="K=V", type=key_value)
-    p = new_parser("python -m lab pipeline", __doc__)
+    p = with_defaults(new_parser("python -m lab pipeline", __doc__))
     p.add_argument("--model", default="gpt", type=name("model"), help="a model (python -m lab list)")
     p.add_argument("--data", default="text", type=name("data"), help="a data set")
     p.add_argument("--stages", type=integer(1), default=4, help="pipeline stages (ranks per replica)")
@@ -39,7 +43,7 @@ def parser():
     p.add_argument("--weight-decay", type=number(0), default=0.0,
                    help="decoupled for adamw/nadamw/async-nesterov")
     p.add_argument("--clip", type=number(0, lo_open=True), default=None,
-                   help="max gradient norm per stage (AsyncPP: 10)")
+                   help="max gradient norm per stage (AsyncPP: 10; default: no clipping)")
     p.add_argument("--lr-schedule", default="constant", type=name("lr-schedule"),
                    help="constant, or cosine: to 0.1 lr at the end")
     p.add_argument("--warmup", type=integer(0), default=0, help="linear warm-up, in updates")
@@ -47,10 +51,14 @@ def parser():
                    help="across replicas: none, allreduce (sync) or sparse-avg")
     p.add_argument("--dp-kw", **kw,
                    help="sparse-avg: fraction, delay, ema (None = off), overlap (False = blocking)")
-    p.add_argument("--network", default=None, type=network_type("pipeline"),
-                   help="e.g. 1Gbps, '100Mbps,2ms' (both axes)")
-    p.add_argument("--dp-network", default=None, type=network_type("pipeline"),
+    p.add_argument("--network", default=None, type=link_type("pipeline"),
+                   help="e.g. 1Gbps, '100Mbps,2ms' (both axes; default: none, loopback)")
+    p.add_argument("--dp-network", default=None, type=link_type("pipeline"),
                    help="the replica-axis link, if not --network")
+    p.add_argument("--link", default="model", choices=("model", "kernel"),
+                   help="model: the network emulated by the alpha-beta model; kernel: each rank "
+                        "in a network namespace, its NIC shaped to --network's rate (Linux, root; "
+                        "--dp-network may then differ in latency only)")
     p.add_argument("--slow-ranks", nargs="*", metavar="RANK=FACTOR", type=rank_factor,
                    help="stragglers: global rank computes FACTOR times slower, e.g. 1=2.0")
     p.add_argument("--jitter", type=number(0), default=0.0,
@@ -59,7 +67,7 @@ def parser():
     p.add_argument("--data-kw", **kw, help="the data set's parameters")
     p.add_argument("--seed", type=int, default=0, help="seed of the model and data")
     p.add_argument("--timeout", type=number(0, lo_open=True), default=600.0,
-                   help="seconds before a silent rank counts as hung")
+                   help="seconds without progress before the run counts as hung")
     p.add_argument("--out", default="runs/pipeline", help="folder for history.json/.csv and plot.png")
     add_checkpoint_flags(p)
     return p
@@ -74,7 +82,7 @@ def config(a):
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, optimizer=a.optimizer,
         momentum=a.momentum, beta1=a.beta1, weight_decay=a.weight_decay, clip=a.clip,
         lr_schedule=a.lr_schedule, warmup=a.warmup, dp=a.dp, dp_kw=dict(a.dp_kw or ()),
-        network=a.network, dp_network=a.dp_network, slow_ranks=dict(a.slow_ranks or ()),
+        network=a.network, dp_network=a.dp_network, link=a.link, slow_ranks=dict(a.slow_ranks or ()),
         jitter=a.jitter, model_kw=dict(a.model_kw or ()), data_kw=dict(a.data_kw or ()),
         seed=a.seed)
 
@@ -87,13 +95,18 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config(a)
     except (ValueError, TypeError, KeyError) as e:
         return refused(e)
+    if out_refused(a.out):
+        return 2
     from ..pipeline import train
     from ..run import table
     hist = launched(lambda: train(cfg, timeout=a.timeout, **checkpoint_kw(a)), a.out)
     if isinstance(hist, int):
         return hist
-    paths = write_history(hist, a.out,
-                          f"{cfg.schedule} on {cfg.stages} stages x {cfg.replicas} replicas")
+    try:
+        paths = write_history(hist, a.out,
+                              f"{cfg.schedule} on {cfg.stages} stages x {cfg.replicas} replicas")
+    except OSError as e:
+        return unwritten(e, a.out)
     print(table([hist]))
     print(stage_table(hist))
     print(f"\nwrote {', '.join(str(p) for p in paths)}")

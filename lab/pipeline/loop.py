@@ -1,15 +1,18 @@
 """The pipeline loop on one rank, and ``train``/``train_many`` that launch it on a mesh.
 
 Each rank builds the whole model from the seed (so every split starts from the unsplit
-model's weights), keeps its stage, and executes its schedule's actions. After each step's
+model's weights), keeps its stage, and executes its schedule's actions. ``link="kernel"``
+runs every rank as a node of :mod:`lab.comm.kernel`'s miniature cluster, its NIC shaped to
+the config's network (see :class:`~lab.pipeline.mesh.Mesh`). After each step's
 update a stage averages with the other replicas of the same stage (``dp``: ``allreduce`` of
 gradients, synchronous, after every update; ``sparse-avg``: :class:`SparseAverager`, started
 after the step and waited for ``delay`` steps later). The optimizer, clipping and learning-rate
 schedule of a stage come from ``lab.pipeline.optim``. The merged
 :class:`lab.train.History` has the loss (last stage, mean over replicas), rank 0's bytes, the
 wall clock per step, and per-stage series: compute, idle (blocked waiting for a neighbour:
-the bubble), send time, peak activation bytes, staleness per micro-batch, a timeline, and
-``avg_wait`` (seconds a step was blocked on the replica axis).
+the bubble), send time, peak activation bytes, staleness per micro-batch, a timeline, the end
+of each step on that rank (``ends``), and ``avg_wait`` (seconds a step was blocked on the
+replica axis).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .. import data as data_mod, models
+from ..comm import Network
 from ..run.checkpoint import Checkpointer
 from ..run.checkpoint import load as load_checkpoint, plan as checkpoint_plan
 from ..run.failed import RunFailed
@@ -78,7 +82,7 @@ def run_rank(ctx, cfg: PipelineConfig, checkpoint: dict | None = None) -> dict:
                          cfg.schedule == "async-stash", 1.0 if asynchronous else 1.0 / m,
                          shapes[s - 1] if s else None, shapes[s],
                          Straggler(cfg.slow_ranks.get(ctx.rank, 1.0), cfg.jitter, cfg.seed, ctx.rank),
-                         clock0)
+                         clock0, recompute=cfg.recompute, forward_s=cfg.forward_s)
     batches: dict[int, tuple] = {}
     ends, info = {}, {}
     first, ck = 0, None
@@ -142,12 +146,14 @@ def run_rank(ctx, cfg: PipelineConfig, checkpoint: dict | None = None) -> dict:
     recs = mesh.records() + (avg.records() if avg is not None else [])
     per_step = lambda f: [sum(f(r) for r in recs if r.step == t) for t in range(cfg.steps)]  # noqa: E731
     return {
-        "stage": s, "replica": mesh.replica, "wall": wall, "ends": [ends[t] for t in range(cfg.steps)],
+        "stage": s, "replica": mesh.replica, "link": mesh.pp.link, "wall": wall,
+        "ends": [ends[t] for t in range(cfg.steps)],
         "loss": [float(np.mean(worker.losses[t])) for t in range(cfg.steps)] if mesh.last else None,
         "compute": [worker.compute.get(t, 0.0) for t in range(cfg.steps)],
         "idle": [worker.idle.get(t, 0.0) for t in range(cfg.steps)],
         "send": [mesh.send_seconds(t) for t in range(cfg.steps)],
         "bytes": per_step(lambda r: r.bytes), "recv_bytes": per_step(lambda r: r.recv_bytes),
+        "wire_sent": per_step(lambda r: r.wire_sent), "wire_recv": per_step(lambda r: r.wire_recv),
         "modeled": per_step(lambda r: r.modeled),
         "pp_bytes": per_step(lambda r: r.bytes if r.tag in ("act", "grad") and r.op == "send" else 0),
         "dp_bytes": per_step(lambda r: r.bytes if r.tag in ("avg", "grad") and r.op == "allreduce" else 0),
@@ -170,6 +176,7 @@ def merge(cfg: PipelineConfig, ranks: list[dict]) -> History:
     h.comm_s = [float(v) for v in step_wall - np.asarray(h.compute_s)]  # the rest: waiting + communicating
     h.codec_s = [0.0] * cfg.steps
     h.bytes, h.recv_bytes = ranks[0]["bytes"], ranks[0]["recv_bytes"]
+    h.wire_sent, h.wire_recv = ranks[0]["wire_sent"], ranks[0]["wire_recv"]
     h.modeled_comm_s = ranks[0]["modeled"]
     h.rank_bytes = [int(sum(r["bytes"])) for r in ranks]
     h.wall_s = float(max(r["wall"] for r in ranks))
@@ -178,7 +185,8 @@ def merge(cfg: PipelineConfig, ranks: list[dict]) -> History:
     for r in ranks:
         tag = f"stage{r['stage']}" + (f"/replica{r['replica']}" if cfg.replicas > 1 else "")
         for key in ("compute", "idle", "send", "act_peak", "stash_peak", "staleness", "fwd_sum",
-                    "bwd_sum", "timeline", "avg_subset_sum", "avg_merged", "avg_wait", "params", "dp_bytes"):
+                    "bwd_sum", "timeline", "avg_subset_sum", "avg_merged", "avg_wait", "params",
+                    "dp_bytes", "ends"):
             if key in r:
                 h.series[f"{key}/{tag}"] = r[key]
         h.series[f"utilisation/{tag}"] = float(sum(r["compute"]) / h.wall_s)
@@ -202,6 +210,13 @@ def run_raw(configs: list[PipelineConfig], *, _checkpoint: dict | None = None,
         c.check(world)
     launch_kw.setdefault("timeout", 60 + 60 * len(configs))
     launch_kw.setdefault("device", "cpu")
+    links = {c.link for c in configs}
+    if len(links) > 1:
+        raise ValueError("configs of one launch must share one link ('model' or 'kernel'), got "
+                         f"{sorted(links)}: run them in separate calls")
+    if links == {"kernel"}:  # the NICs start at the first config's rate; each run reshapes its own
+        launch_kw.setdefault("link", "kernel")
+        launch_kw.setdefault("network", Network.parse(configs[0].network))
     try:
         results = launch(_run_all, world, configs, _checkpoint, **launch_kw)
     except LaunchError as err:

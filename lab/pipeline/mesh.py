@@ -5,12 +5,14 @@ stage sends activations to ``s + 1`` and gradients to ``s - 1`` with ``Collectiv
 on the world group; along the data axis the ranks holding the same stage form one process
 group (``Collective(group=...)``) for averaging, on its own emulated link (``dp_network``: the
 replicas may sit far apart while the stages of one replica sit close, or the other way round).
-Every byte lands in a ledger.
+Every byte lands in a ledger. On a kernel link (``PipelineConfig(link="kernel")``) each rank's
+one NIC is shaped to ``network``'s rate, so the replica axis may differ in latency only.
 
-Sends are handed to a :class:`Sender` thread per neighbour (links are full duplex), so a stage computes while its output is on the
-wire (a real pipeline overlaps both) and two neighbours that send to each other at the same
-moment cannot deadlock. The thread never swallows a failure: the main thread re-raises it at
-its next send or flush, and ``lab.launch`` ends every rank.
+Sends are handed to a :class:`Sender` thread per neighbour (links are full duplex), so a stage
+computes while its output is on the wire (a real pipeline overlaps both) and two neighbours
+that send to each other at the same moment cannot deadlock. The thread never swallows a
+failure: the main thread re-raises it at its next send or flush, and ``lab.launch`` ends every
+rank.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ class Sender:
     """A link to one neighbour: a thread that sends what is queued, in order. On an emulated
     network a message is held for its modeled transfer time before it goes (store and
     forward), so the receiver sees the link's latency and bandwidth, and the link carries one
-    message at a time while the stage goes on computing."""
+    message at a time while the stage goes on computing. On a kernel link (``lab.comm.kernel``)
+    it is held for the latency alone: the shaped NIC takes the bytes' time for real."""
 
     def __init__(self, network):
         self.network = Network.parse(network)
@@ -48,8 +51,10 @@ class Sender:
                 t, dst, tag, step = item
                 if self.error is None:
                     t0 = time.perf_counter()
-                    modeled = self.network.time("send", t.numel() * t.element_size(), 2) if self.network else 0.0
-                    time.sleep(modeled)
+                    nbytes = t.numel() * t.element_size()
+                    modeled = self.network.time("send", nbytes, 2) if self.network else 0.0
+                    kernel = self.comm.link == "kernel"  # the kernel cannot delay: hold the latency
+                    time.sleep(self.network.time("send", 0, 2) if kernel and self.network else modeled)
                     self.comm.ledger.step = step
                     self.comm.send(t, dst, tag)
                     led = self.comm.ledger.records
@@ -102,6 +107,8 @@ class Mesh:
                 if s == self.stage:
                     group = g
         dp_net = network if dp_network is None else dp_network
+        if self.pp.link == "kernel" and network is not None:
+            Collective(network=network)  # made on a kernel link: shapes this rank's NIC to its rate
         self.dp = Collective(group=group, ledger=self.ledger, network=dp_net) if group else None
         self.links = {n: Sender(network) for n in (self.prev, self.next) if n is not None}
         self.send_ledgers = [link.comm.ledger for link in self.links.values()]

@@ -6,16 +6,30 @@ Nesterov's method evaluates the gradient at a look-ahead point along the momentu
 ``v_{t+1} = mu v_t - lr grad f(x_t + mu v_t)``, ``x_{t+1} = x_t + v_{t+1}``. AsyncPP modifies
 the look-ahead so that a gradient that arrives ``tau`` updates late still points the right
 way: with a momentum close to one the weights keep moving along the momentum while the
-gradient is in flight, so the look-ahead step extrapolates where the weights will be. Our
-reading, following the authors' public code: NAdam (Dozat, ICLR 2016 workshop: Adam with the
-Nesterov look-ahead folded into the update) with ``beta1 = momentum = 0.99``, applied to the
-delayed gradient; optionally the PipeMare learning-rate correction (Yang et al., MLSys 2021,
-Sec. 3.1) ``lr_t = lr / tau^(1 - min(t / T, 1))`` that starts at ``lr / tau`` on a stage of
-delay ``tau`` and warms up to ``lr`` over ``T`` updates.
+gradient is in flight. Our reading, following the authors' public code (``optim/nadamw.py``:
+torch's NAdam, ``betas=(0.99, 0.999)``, ``momentum_decay`` 0.004): NAdam (Dozat, ICLR 2016
+workshop, Algorithm 2: Adam with the look-ahead folded into the update) applied to the delayed
+gradient ``g``, with ``m_t = beta1 m_{t-1} + (1 - beta1) g_t`` and
+
+    x_{t+1} = x_t - lr [ (1 - mu_t) / (1 - prod_{i<=t} mu_i) g_t
+                        + mu_{t+1} / (1 - prod_{i<=t+1} mu_i) m_t ] / (sqrt(v_hat_t) + eps)
+
+torch (and so the authors) *warm* ``mu_t`` up: ``mu_t = beta1 (1 - 0.5 * 0.96^(psi t))`` with
+``psi = 0.004`` (Dozat's schedule), about ``beta1 / 2`` for the first hundred updates and
+``beta1`` only after tens of thousands (the authors train 50,000). ``mu_schedule="constant"``
+is the look-ahead of the equation from the first update, ``mu_t = beta1`` (torch's NAdam with
+``psi`` so large that ``0.96^(psi t)`` is 0 for every ``t >= 1``). Optionally the PipeMare
+learning-rate correction (Yang et al., MLSys 2021, Sec. 3.1) ``lr_t = lr / tau^(1 - min(t/T, 1))``
+that starts at ``lr / tau`` on a stage of delay ``tau`` and warms up to ``lr`` over ``T`` updates.
 """
 from __future__ import annotations
 
 import torch
+
+#: NAdam's mu_t: torch's warm-up (the authors' runs), or beta1 from the first update
+MU_SCHEDULES = ("warmup", "constant")
+#: torch's ``momentum_decay`` psi per schedule: 0.96^(1e6 t) underflows to 0.0 for t >= 1
+PSI = {"warmup": 4e-3, "constant": 1e6}
 
 
 def check_kw(momentum: float = 0.99, lr_correction: int = 0) -> None:
@@ -26,13 +40,26 @@ def check_kw(momentum: float = 0.99, lr_correction: int = 0) -> None:
                          f"int >= 0, got {lr_correction!r}")
 
 
+def mu(t: int, beta1: float, mu_schedule: str = "warmup") -> float:
+    """NAdam's momentum coefficient ``mu_t`` at update ``t`` (1-based), as torch computes it."""
+    return beta1 * (1.0 - 0.5 * 0.96 ** (t * PSI[mu_schedule]))
+
+
+def nadam(params, lr: float, beta1: float, weight_decay: float = 0.0, decoupled: bool = True,
+          mu_schedule: str = "warmup") -> torch.optim.NAdam:
+    """torch's NAdam at ``beta1`` with ``mu_schedule``'s ``mu_t``; decoupled decay is NAdamW."""
+    if mu_schedule not in MU_SCHEDULES:
+        raise ValueError(f"mu_schedule must be one of {MU_SCHEDULES}, got {mu_schedule!r}")
+    return torch.optim.NAdam(params, lr=lr, betas=(beta1, 0.999), weight_decay=weight_decay,
+                             decoupled_weight_decay=decoupled, momentum_decay=PSI[mu_schedule])
+
+
 def lookahead_optimizer(params, lr: float, momentum: float = 0.99, lr_correction: int = 0,
-                        weight_decay: float = 0.0):
+                        weight_decay: float = 0.0, mu_schedule: str = "warmup"):
     """NAdam with ``beta1 = momentum``; with ``weight_decay`` the decay is decoupled (NAdamW,
     as the authors' ``optim/nadamw.py``)."""
     check_kw(momentum, lr_correction)
-    return torch.optim.NAdam(params, lr=lr, betas=(momentum, 0.999), weight_decay=weight_decay,
-                             decoupled_weight_decay=weight_decay > 0)
+    return nadam(params, lr, momentum, weight_decay, weight_decay > 0, mu_schedule)
 
 
 def corrected_lr(lr: float, delay: int, update: int, warmup: int) -> float:

@@ -6,29 +6,30 @@ NAdam/AdamW with ``betas=(momentum, 0.999)``, ``weight_decay`` 0.01, and ``clip_
 each stage's gradient norm). ``beta1`` sets the first-moment coefficient of the Adam family,
 so Adam(W) and NAdam(W) can be compared at the *same* momentum: what remains between them is
 Nesterov's look-ahead alone. ``async-nesterov`` is the asynchronous schedule with NAdam(W) at
-``schedule_kw['momentum']`` (0.99), the authors' configuration.
+``schedule_kw['momentum']`` (0.99), the authors' configuration. ``mu_schedule`` picks every
+NAdam's ``mu_t``: torch's warm-up (the authors') or ``beta1`` from the first update
+(:mod:`lab.pipeline.nesterov`).
 """
 from __future__ import annotations
 
 import torch
 
 from .lr import scheduled_lr
-from .nesterov import corrected_lr, lookahead_optimizer
+from .nesterov import corrected_lr, lookahead_optimizer, nadam
 
 
 def make_optimizer(cfg, params) -> torch.optim.Optimizer:
     wd = cfg.weight_decay
     if cfg.schedule == "async-nesterov":
         return lookahead_optimizer(params, cfg.lr, momentum=cfg.schedule_kw.get("momentum", 0.99),
-                                   weight_decay=wd)
+                                   weight_decay=wd, mu_schedule=cfg.mu_schedule)
     betas = (0.9 if cfg.beta1 is None else cfg.beta1, 0.999)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=wd)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=wd)
     if cfg.optimizer in ("nadam", "nadamw"):
-        return torch.optim.NAdam(params, lr=cfg.lr, betas=betas, weight_decay=wd,
-                                 decoupled_weight_decay=cfg.optimizer == "nadamw")
+        return nadam(params, cfg.lr, betas[0], wd, cfg.optimizer == "nadamw", cfg.mu_schedule)
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd)
 
 

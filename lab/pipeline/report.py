@@ -1,5 +1,5 @@
 """What a pipeline run measured, read off its History: bubble, throughput, per-axis bytes,
-and a per-stage timeline figure."""
+idle shares, how far one replica ran ahead of another, and a per-stage timeline figure."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +24,31 @@ def tokens_per_s(h, skip: int = 1) -> float:
     if c["data"] == "text":
         per_example = c.get("data_kw", {}).get("seq_len", 32)
     return c["batch_size"] * per_example * (h.steps - skip) / float(np.sum(h.step_s[skip:]))
+
+
+def idle_share(h, tag: str, skip: int = 1) -> float:
+    """Share of the wall clock (after ``skip`` steps) that the rank ``tag`` (e.g.
+    ``"stage0/replica0"``) spent blocked waiting for a pipeline neighbour."""
+    return float(np.sum(h.series[f"idle/{tag}"][skip:]) / np.sum(h.step_s[skip:]))
+
+
+def replica_ends(h) -> dict[int, np.ndarray]:
+    """Per replica: when it ended each step (its last stage to end it), in seconds from the
+    start (every rank's clock starts at the same barrier)."""
+    out: dict[int, list] = {}
+    for key, ends in h.series.items():
+        if key.startswith("ends/"):
+            r = int(key.rsplit("replica", 1)[1]) if "replica" in key else 0
+            out.setdefault(r, []).append(ends)
+    return {r: np.max(v, axis=0) for r, v in out.items()}
+
+
+def lead(h, fast: int = 0, slow: int = 1) -> int:
+    """The most steps replica ``fast`` had ended beyond replica ``slow``, over every moment
+    ``slow`` ended a step (non-blocking averaging with delay tau bounds it by tau)."""
+    ends = replica_ends(h)
+    ef, es = np.sort(ends[fast]), ends[slow]
+    return max(int(np.searchsorted(ef, t, side="right")) - (j + 1) for j, t in enumerate(es))
 
 
 def bytes_per_step(h) -> dict:

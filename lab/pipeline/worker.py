@@ -7,7 +7,16 @@ the unsplit model's. Asynchronous schedules update between the two passes. ``asy
 only its input; the backward pass runs the forward again at the *current* weights and
 backpropagates (the price: one more forward pass). ``async-stash`` runs the forward pass on a
 stashed copy of the weights and keeps its graph, so the backward pass is evaluated at the
-weights the forward pass used (the price: one weight copy per micro-batch in flight).
+weights the forward pass used (the price: one weight copy per micro-batch in flight). With
+``recompute`` (the authors' ``--recompute`` with their weight stash, ``main_with_runtime.py``:
+``load_old_params()`` before each backward pass) it keeps the stashed copy and the input only,
+and runs the forward again on that copy in the backward pass: the same gradient as keeping the
+graph, for one more forward pass and no activations held.
+
+Time: a pass is timed as computed, and a straggler's slowdown stretches it by sleeping; with
+``forward_s`` the stage is an emulated device instead, each pass lasting a fixed time (a
+backward pass twice it) times the slowdown, whatever the host's load (it computes, then sleeps
+the rest), so that timings on a shared machine are those of the schedule.
 """
 from __future__ import annotations
 
@@ -21,12 +30,14 @@ from .stash import WeightStash
 
 class StageWorker:
     def __init__(self, module, mesh, loss_fn, asynchronous: bool, stash: bool, scale: float,
-                 in_shape, out_shape, straggler, clock0: float):
+                 in_shape, out_shape, straggler, clock0: float, recompute: bool = False,
+                 forward_s: float | None = None):
         self.module, self.mesh, self.loss_fn = module, mesh, loss_fn
+        self.recompute = asynchronous and (not stash or recompute)  # forward again at backward
         self.asynchronous, self.scale = asynchronous, scale
         self.stash = WeightStash(module) if stash else None
         self.in_shape, self.out_shape = in_shape, out_shape
-        self.straggler, self.clock0 = straggler, clock0
+        self.straggler, self.clock0, self.forward_s = straggler, clock0, forward_s
         self.version = 0                      # updates applied on this stage so far
         self.inflight: dict[int, dict] = {}
         self.log: dict[str, list] = {k: [] for k in ("staleness", "fwd_sum", "bwd_sum", "timeline")}
@@ -48,7 +59,14 @@ class StageWorker:
         t0 = time.perf_counter()
         out = fn()
         t1 = time.perf_counter()
-        t1 += self.straggler.pause(t1 - t0)
+        if self.forward_s is None:  # the measured compute, stretched by the slowdown
+            t1 += self.straggler.pause(t1 - t0)
+        else:  # an emulated device: the pass lasts its fixed time, times the slowdown
+            left = self.forward_s * (2 if kind == "B" else 1) * self.straggler.factor - (t1 - t0)
+            if left > 0:
+                time.sleep(left)
+            self.straggler.pause(0.0)  # its jitter, if any
+            t1 = time.perf_counter()
         self.compute[step] = self.compute.get(step, 0.0) + t1 - t0
         self.log["timeline"].append((kind, k, t0 - self.clock0, t1 - self.clock0))
         return out
@@ -67,7 +85,7 @@ class StageWorker:
     def forward(self, k: int, step: int, x, y) -> None:
         m = self.mesh
         inp = x if m.first else self._recv(self.in_shape, m.prev, "act", step)
-        recompute = self.asynchronous and self.stash is None
+        recompute = self.recompute
         if inp.is_floating_point() and not recompute:
             inp.requires_grad_()
         rec = {"inp": inp, "y": y, "version": self.version, "bytes": 0}
@@ -75,6 +93,8 @@ class StageWorker:
         def run():
             if recompute:  # keep only the input; the backward pass runs the forward again
                 rec["bytes"] = inp.numel() * inp.element_size()
+                if self.stash is not None:  # the weights its backward pass will run at
+                    self.stash.save(k)
                 with torch.no_grad():
                     out = self.module(inp)
                     if m.last:
@@ -120,11 +140,12 @@ class StageWorker:
                 target.backward(None if m.last else grad_out)
                 return inp.grad
             names = [n for n, _ in self.module.named_parameters()]
-            if self.stash is not None:  # the graph of the forward pass, on its own weights
+            if self.stash is not None and not self.recompute:  # the forward's graph, on its weights
                 weights = self.stash.pop(k)
                 target = rec["loss"] * self.scale if m.last else rec["out"]
-            else:  # the forward pass again, at the current weights
-                weights = dict(self.module.named_parameters())
+            else:  # the forward pass again: at the stashed weights, else at the current ones
+                weights = (self.stash.pop(k) if self.stash is not None
+                           else dict(self.module.named_parameters()))
                 if inp.is_floating_point():
                     inp.requires_grad_()
                 out = functional_call(self.module, weights, (inp,))

@@ -72,13 +72,20 @@ def read_meta(path) -> dict:
         return json.load(f)
 
 
+#: fields that govern how a run is run, not what it computes: a resume may change them, and a
+#: checkpoint written before one existed resumes with its default
+RUN_CONTROL = {"stop_on_divergence": True, "link": "model", "label": ""}
+
+
 def check_resume(meta: dict, config: dict, world_size: int, kind: str) -> None:
-    """The checkpoint must be of the same kind of run, config and world size."""
+    """The checkpoint must be of the same kind of run, config and world size (fields in
+    :data:`RUN_CONTROL` aside)."""
     if meta["kind"] != kind:
         raise ValueError(f"resume: the checkpoint is of a {meta['kind']!r} run, not {kind!r}")
     saved = meta["config"]
     config = json.loads(json.dumps(config, default=str))  # as it was stored
-    diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+    diff = sorted(k for k in set(saved) | set(config)
+                  if k not in RUN_CONTROL and saved.get(k) != config.get(k))
     if diff:
         raise ValueError("resume: the config differs from the checkpointed run's in "
                          + ", ".join(f"{k} (checkpoint {saved.get(k)!r}, given {config.get(k)!r})"
