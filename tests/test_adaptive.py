@@ -159,15 +159,14 @@ def test_nsga2_controller_moves_with_the_link():
 def test_controller_bad_candidates(bad, word):
     with pytest.raises(ValueError, match=word):
         DensityController(bad)
-    with pytest.raises(ValueError, match=word):
+    with pytest.raises(ValueError, match=rf"{word}|candidates\[\d\]"):  # the declared element
         make("adaptive_topk", Collective(), candidates=bad)
 
 
 def test_bad_candidates_refused_before_launch():
     from lab.train import TrainConfig
-    cfg = TrainConfig(aggregator="adaptive_topk", aggregator_kw=dict(candidates=[]))
-    with pytest.raises(ValueError, match="candidates"):
-        cfg.check_workers(2)
+    with pytest.raises(ValueError, match="candidates"):  # when the config is made
+        TrainConfig(aggregator="adaptive_topk", aggregator_kw=dict(candidates=[])).check_workers(2)
 
 
 def _adaptive(ctx):
@@ -206,3 +205,119 @@ def test_adaptive_bad_arguments_refused(kw, word):
     from lab.train import TrainConfig
     with pytest.raises(ValueError, match=word):
         TrainConfig(aggregator="adaptive_topk", aggregator_kw=kw).check_workers(2)
+
+
+# -- the authors' trigger: re-decide on a change of link only ---------------------------------
+def test_link_trigger_holds_until_the_link_changes():
+    ctl = DensityController(smoothing=0.0, trigger="link")
+    ctl.hold(0.1, "fast")                 # the last warm-up density, on the link at step 0
+    assert ctl.density == 0.1 and not ctl.needs_decision("fast")
+    ctl.observe([0.2, 0.3, 0.4, 0.5, 0.6])
+    ctl.observe([0.01] * 5)               # the gain collapses: the authors do not re-decide
+    assert not ctl.needs_decision("fast") and ctl.needs_decision("slow")
+    ctl.decide(1_000_000, 4, 1e-3, 1 / 1.25e8, network="slow")
+    assert not ctl.needs_decision("slow") and ctl.needs_decision("fast")
+    lab = DensityController(smoothing=0.0)  # the lab's trigger re-decides on the gain shift
+    lab.observe([0.5] * 5)
+    lab.decide(1_000_000, 4, 1e-3, 1 / 1.25e8, network="slow")
+    lab.observe([0.01] * 5)
+    assert lab.needs_decision("slow")
+    with pytest.raises(ValueError, match="trigger"):
+        DensityController(trigger="gain")
+
+
+def _triggered(ctx, trigger):
+    from lab.comm import NetworkSchedule
+    sched = NetworkSchedule.parse("25Gbps,1ms:5 1Gbps,32ms:3 1Gbps,32ms:3 25Gbps,1ms:3")
+    comm = Collective()
+    agg = make("adaptive_topk", comm, candidates=[0.01, 0.05, 0.2], warmup_steps=2,
+               trigger=trigger, probe_every=2)
+    out = []
+    for step in range(14):
+        comm.network = sched.at(step)
+        mark = comm.ledger.mark()
+        g = torch.randn(3000, generator=torch.Generator().manual_seed(10 * step + ctx.rank))
+        agg.aggregate([g ** 3 * (1 + step % 3)], step)
+        out.append(dict(agg.info(), probes=sum(r.tag == "adaptive:gain"
+                                                for r in comm.ledger.since(mark))))
+    return out
+
+
+def test_adaptive_link_trigger_decides_at_link_changes_only():
+    runs = launch(_triggered, 2, "link")
+    steps = runs[0]
+    decided = [s for s, r in enumerate(steps) if r["decide_s"] > 0]
+    assert decided == [5, 11]            # the two changes of link (5 -> 8 is the same link)
+    probes = [s for s, r in enumerate(steps) if r["probes"]]
+    assert probes == decided             # gains measured only when a decision is due
+    assert [r["density"] for r in steps[2:5]] == [0.2] * 3  # the last warm-up density held
+    for s in range(14):
+        assert runs[0][s]["density"] == runs[1][s]["density"]
+    lab = launch(_triggered, 2, "link+gain")[0]
+    assert lab[2]["decide_s"] > 0        # the lab's reading decides right after warm-up
+    assert sum(r["probes"] for r in lab) > len(probes)
+
+
+# -- which exchange a step ran, from the ledger ------------------------------------------------
+def test_exchange_taken_reads_the_traffic():
+    from lab.adaptive import exchange_taken
+    k = 100
+    assert exchange_taken({"broadcast": [1, 400], "allreduce": [1, 400]}, k) == "ar"
+    assert exchange_taken({"broadcast": [1, 0], "allreduce": [2, 420]}, k) == "ar"  # + gains
+    assert exchange_taken({"broadcast": [1, 0], "allreduce": [1, 400],
+                           "allgather": [1, 4]}, k) == "ar"                      # VAR's norm
+    assert exchange_taken({"allgather": [1, 800]}, k) == "allgather"
+    assert exchange_taken({"allgather": [1, 800], "allreduce": [1, 20]}, k) == "allgather"
+    # what is not an AR-Topk exchange of k entries
+    assert exchange_taken({"allreduce": [1, 400]}, k) == "other"            # no broadcast
+    assert exchange_taken({"broadcast": [1, 400], "allreduce": [1, 4000]}, k) == "other"
+    assert exchange_taken({"allgather": [2, 816]}, k) == "other"            # ragged: + sizes
+    assert exchange_taken({"allgather": [1, 800]}, 99) == "other"           # another density
+
+
+def _exchanges(ctx, collective):
+    from lab.train import TrainConfig
+    from lab.train.loop import train_rank
+    cfg = TrainConfig(aggregator="artopk", steps=4, eval_every=0,
+                      aggregator_kw=dict(density=0.05, collective=collective))
+    return train_rank(ctx, cfg)
+
+
+@pytest.mark.parametrize("collective, path", [("ring", "ar"), ("tree", "ar"),
+                                              ("allgather", "allgather")])
+def test_exchanges_of_a_training_run(collective, path):
+    from lab.adaptive import ar_fraction, exchanges
+    h = launch(_exchanges, 2, collective)[0]
+    n = round(h.series["k"][0] / 0.05)
+    got = exchanges(h, n, 0.05)
+    assert got == [path] * 4 and ar_fraction(got) == (1.0 if path == "ar" else 0.0)
+    assert exchanges(h, n, 0.1) == ["other"] * 4     # the bytes of another density do not pass
+
+
+# -- the authors' schedule, rescaled -----------------------------------------------------------
+def test_authors_schedule_keeps_the_ratio_of_latency_to_bandwidth_time():
+    from lab.adaptive import authors_schedule
+    from lab.adaptive.schedule import AUTHORS_PHASES, RESNET50_PARAMS
+    from lab.comm import NetworkSchedule
+    full = NetworkSchedule.parse(authors_schedule(2))
+    small = NetworkSchedule.parse(authors_schedule(2, n=20_000, time_scale=0.25))
+    assert len(small.segments) == 12 and small.at(23) == small.segments[-1][0]
+    for (ms, gbps), (net, steps), (big, _) in zip(AUTHORS_PHASES, small.segments, full.segments):
+        assert steps == 2 and big.latency == pytest.approx(ms * 1e-3)
+        assert big.bandwidth == pytest.approx(gbps * 1e9 / 8)
+        # the small model's message on the small link: both terms scaled by the same factor
+        assert net.latency == pytest.approx(0.25 * big.latency)
+        assert 4 * 20_000 / net.bandwidth == pytest.approx(
+            0.25 * 4 * RESNET50_PARAMS / big.bandwidth, rel=1e-5)
+    with pytest.raises(ValueError):
+        authors_schedule(0)
+
+
+def test_static_artopk_warms_up_like_the_adaptive_one():
+    agg = make("artopk", Collective(), density=0.1, warmup_steps=4)
+    seen = []
+    for step in range(6):
+        agg.aggregate([torch.randn(1000)], step)
+        seen.append((agg.info()["density"], agg.info()["warmup"]))
+    assert [d for d, _ in seen] == pytest.approx([1.0, 0.7, 0.4, 0.1, 0.1, 0.1])
+    assert [w for _, w in seen] == [True] * 4 + [False] * 2

@@ -117,9 +117,8 @@ def test_bad_arguments_refused(kw, word):
                                              ("adaptive_topk", dict(candidate=[0.1]), "candidate")])
 def test_bad_arguments_refused_before_launch(name, kw, word):
     from lab.train import TrainConfig
-    cfg = TrainConfig(aggregator=name, aggregator_kw=kw)
-    with pytest.raises(ValueError, match=word):
-        cfg.check_workers(2)
+    with pytest.raises(ValueError, match=word):  # from the declaration, when the config is made
+        TrainConfig(aggregator=name, aggregator_kw=kw).check_workers(2)
 
 
 def test_nan_refused():

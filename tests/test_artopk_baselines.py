@@ -143,7 +143,8 @@ def test_reachable_from_the_command_line(name, tmp_path):
 
 
 @pytest.mark.parametrize("name, kw", [("mstopk", dict(density=0.0)), ("mstopk", dict(rounds=0)),
-                                      ("lwtopk", dict(density=2.0)), ("lwtopk", dict(layerwise=True))])
+                                      ("lwtopk", dict(density=2.0)),
+                                      ("lwtopk", dict(layerwise=True))])
 def test_bad_arguments_refused_before_launch(name, kw):
     from lab.train import TrainConfig
     with pytest.raises((ValueError, TypeError)):

@@ -38,6 +38,11 @@ from .switching import exchange_costs
 #: The authors' candidate densities (``candidateCRs`` in run_MOOCompression.py).
 AUTHORS_CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
 METHODS = ("nsga2", "grid")
+#: When the density is re-chosen: ``"link"`` on a change of link only (the authors'
+#: ``start_training``: NSGA-II runs when the epoch's latency or bandwidth differs from the last
+#: one; until the first change the last warm-up density stays), ``"link+gain"`` also when the
+#: mean smoothed gain moves by more than ``shift`` (the lab's earlier reading).
+TRIGGERS = ("link+gain", "link")
 
 
 def compression_gains(acc: torch.Tensor, ks: Sequence[int]) -> list[float]:
@@ -155,8 +160,10 @@ def exact_choice(f1: Callable, f2: Callable, lo: float, hi: float, weights=(0.6,
 
 class DensityController:
     """The state of the online choice: smoothed gains per candidate, the density in force, and
-    when to re-decide (first call, a new network, or the mean smoothed gain moved by more than
-    ``shift`` relative to when it was chosen).
+    when to re-decide: ``trigger="link+gain"`` (default) on the first call, a new network, or
+    when the mean smoothed gain moved by more than ``shift`` relative to when it was chosen;
+    ``trigger="link"`` (the authors') only when the network differs from the one the density
+    in force was chosen, or held (:meth:`hold`), on.
 
     Callers feed it quantities that are identical on every rank (allreduced gains, the link
     in force), so every rank takes the same decision without a broadcast (NSGA-II is seeded).
@@ -165,7 +172,7 @@ class DensityController:
 
     def __init__(self, candidates: Sequence[float] = AUTHORS_CANDIDATES, weights=(0.6, 0.4),
                  smoothing: float = 0.9, shift: float = 0.1, method: str = "nsga2",
-                 model: str = "authors"):
+                 model: str = "authors", trigger: str = "link+gain"):
         if not isinstance(candidates, (list, tuple)) or not candidates:
             raise ValueError(f"candidates must be a non-empty list of densities, got {candidates!r}")
         for d in candidates:
@@ -178,6 +185,9 @@ class DensityController:
             raise ValueError(f"shift must be > 0, got {shift!r}")
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if trigger not in TRIGGERS:
+            raise ValueError(f"trigger must be one of {TRIGGERS}, got {trigger!r}")
+        self.trigger = trigger
         exchange_costs(1, 2, 0.0, 0.0, model=model)  # raises on an unknown model
         self.candidates = sorted(set(float(d) for d in candidates))
         if method == "nsga2" and len(self.candidates) < 3:
@@ -194,16 +204,25 @@ class DensityController:
     def ks(self, n: int) -> list[int]:
         return [resolve_k(n, d) for d in self.candidates]
 
-    def observe(self, gains: Sequence[float]) -> None:
+    def observe(self, gains: Sequence[float], fresh: bool = False) -> None:
+        """Fold one measurement of the gains into the smoothed ones (``fresh``: replace them,
+        as the authors' re-exploration replaces its gains)."""
         g = np.asarray(gains, float)
         if not np.all(np.isfinite(g)):
             raise FloatingPointError(f"compression gains are not finite: {g}")
         s = self.smoothing
-        self.gains = g if self.gains is None else s * self.gains + (1 - s) * g
+        self.gains = g if self.gains is None or fresh else s * self.gains + (1 - s) * g
+
+    def hold(self, density: float, network) -> None:
+        """Keep ``density`` on ``network`` without deciding (the authors keep the last warm-up
+        density until the link first changes)."""
+        self._density, self._decided_net, self._decided_gain = float(density), network, math.nan
 
     def needs_decision(self, network) -> bool:
         if self._density is None or network != self._decided_net:
             return True
+        if self.trigger == "link" or math.isnan(self._decided_gain):
+            return False
         now = float(np.mean(self.gains))
         return abs(now - self._decided_gain) > self.shift * self._decided_gain
 
@@ -236,5 +255,5 @@ class DensityController:
         return self._density
 
 
-__all__ = ["AUTHORS_CANDIDATES", "DensityController", "asf_pick", "compression_gains",
+__all__ = ["AUTHORS_CANDIDATES", "TRIGGERS", "DensityController", "asf_pick", "compression_gains",
            "exact_choice", "fit_objectives", "nsga2_choice", "pareto_front", "weighted_choice"]

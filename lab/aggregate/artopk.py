@@ -14,10 +14,14 @@ gradient ``a = g + e`` of each rank (``e`` starts at zero):
 Per-rank traffic is 4k + 4k bytes whatever the world size. ``collective="allgather"`` is
 plain Top-k instead (every rank its own indices; values and indices allgathered), and
 ``"auto"`` picks, each step, the option with the lowest modeled cost
-(:mod:`lab.adaptive.switching`; ``cost_model="authors"`` by default) on the link in force (``comm.network``; without an emulated
-network, the ``model_network`` preset is priced). The chosen tree allreduce is emulated with
-the tree model. Fixes over the reference code: the residual starts at zero (not
-``torch.empty``), nothing calls CUDA on a CPU run, and indices travel as the int32 they are priced at.
+(:mod:`lab.adaptive.switching`; ``cost_model="authors"`` by default) on the link in force
+(``comm.network``; without an emulated network, the ``model_network`` preset is priced). The
+chosen tree allreduce is emulated with the tree model. ``warmup_steps=W`` lowers the density
+linearly from 1.0 to ``density`` over the first W steps (the authors' compression warm-up,
+``warmup_cr`` in ``adaptive_moo/run_MOOCompression.py``; default 0: none). Fixes over the
+reference code: the residual starts at zero (not ``torch.empty``), nothing calls CUDA on a
+CPU run, and indices travel as the int32 they are priced at. Which exchange a step ran is
+read from the ledger by :func:`lab.adaptive.exchange_taken`.
 """
 from __future__ import annotations
 
@@ -25,18 +29,50 @@ import contextlib
 import dataclasses
 import inspect
 
+import numpy as np
 import torch
 
-from ..adaptive import COLLECTIVES, COST_MODELS, VarLeader, choose, exchange_costs, star_leader
+from ..adaptive import (COLLECTIVES, COST_MODELS, LEADER_RULES, VarLeader, choose, exchange_costs,
+                        star_leader)
+from ..argspec import Arg, takes
 from ..comm import Network
 from ..compress.base import check_finite
-from ..compress.topk import check_density, resolve_k, topk_indices
-from .base import Aggregator, register
+from ..compress.topk import DENSITY, check_density, resolve_k, topk_indices
+from .base import LAYERWISE, Aggregator, register
 
 VARIANTS = ("star", "var")
 
 
+def _model_network(a) -> str | None:
+    """The rule of ``model_network``: a link :meth:`Network.parse` reads."""
+    try:
+        net = Network.parse(a["model_network"])
+    except ValueError as e:
+        return f"model_network: {e}"
+    return None if net is not None else "model_network must name a link, e.g. '10gbps'"
+
+
+#: what STAR/VAR-Topk and its adaptive form share
+ARTOPK = dict(
+    layerwise=LAYERWISE, variant=Arg(str, choices=VARIANTS, help="how the leader is chosen"),
+    collective=Arg(str, choices=("auto", *COLLECTIVES), help="the collective (auto: cheapest)"),
+    leader=Arg(str, choices=LEADER_RULES, help="VAR-Topk's smoothing of the norms"),
+    window=Arg(int, ge=1, le=10 ** 6, help="steps of the windowed leader rule"),
+    smoothing=Arg(float, ge=0, lt=1, none=True, help="the leader rule's smoothing"),
+    cost_model=Arg(str, choices=COST_MODELS, help="how the collectives are priced"),
+    model_network=Arg((str, Network), help="the link priced without an emulated one"),
+    warmup_steps=Arg(int, ge=0, help="steps of the dense-to-sparse warm-up"))
+
+
+def warmup_densities(top: float, steps: int) -> list[float]:
+    """The authors' warm-up: ``flip(linspace(top, 1, steps))``, 1.0 at step 0 down to ``top``."""
+    return np.flip(np.linspace(top, 1.0, steps)).tolist()
+
+
 @register("artopk")
+@takes(**ARTOPK, density=DENSITY,
+       measure_overlap=Arg(bool, help="measure the exchange's overlap with backward"),
+       rule=_model_network)
 class ARTopK(Aggregator):
     """STAR/VAR-Topk with error feedback; ``info()`` gives the collective, density, k, leader
     (-1 for allgather) and the modeled cost of each alternative, per step."""
@@ -46,10 +82,13 @@ class ARTopK(Aggregator):
     def __init__(self, comm, layerwise: bool = False, variant: str = "star",
                  density: float = 0.01, collective: str = "auto", leader: str = "windowed",
                  window: int = 25, smoothing: float | None = None, cost_model: str = "authors",
-                 model_network: str = "10gbps", measure_overlap: bool = False):
+                 model_network: str = "10gbps", measure_overlap: bool = False,
+                 warmup_steps: int = 0):
         self.validate(variant=variant, density=density, collective=collective,
                       cost_model=cost_model, leader=leader, window=window, smoothing=smoothing)
         self.measure_overlap = bool(measure_overlap)
+        self.warmup = warmup_densities(density, warmup_steps)
+        self._in_warmup = False
         super().__init__(comm, None, layerwise)
         self.variant, self.density, self.collective = variant, density, collective
         self.model_network = Network.parse(model_network)
@@ -91,8 +130,10 @@ class ARTopK(Aggregator):
         return self.comm.network or self.model_network
 
     def density_for(self, acc: torch.Tensor, step: int) -> float:
-        """The density of this step (fixed here; chosen online by ``adaptive_topk``)."""
-        return self.density
+        """The density of this step: the warm-up's, then fixed (chosen online by
+        ``adaptive_topk``)."""
+        self._in_warmup = step < len(self.warmup)
+        return self.warmup[step] if self._in_warmup else self.density
 
     def leader(self, acc: torch.Tensor, step: int, grad: torch.Tensor | None = None) -> int:
         if self.var_leader is None:
@@ -144,7 +185,7 @@ class ARTopK(Aggregator):
                 overlap = self.overlap(acc, idx)
         self.residuals[key] = acc.index_fill(0, idx.long(), 0)  # e <- a - (what this rank sent)
         self._info = {"collective": collective, "density": density, "k": k, "leader": leader,
-                      **{f"cost_{c}_s": t for c, t in costs.items()}}
+                      "warmup": self._in_warmup, **{f"cost_{c}_s": t for c, t in costs.items()}}
         if self.measure_overlap:
             self._info["overlap"] = overlap
         return total.div_(p).view_as(tensor)

@@ -1,10 +1,12 @@
-"""AR-Topk against Top-k allgather and dense allreduce: step time and bytes, p = 2 and 4.
+"""AR-Topk against the allgather baselines and dense allreduce: step time and bytes, p = 2, 4.
 
 ``python -m lab bench artopk [--size N] [--density D] [--workers 2 4] [--networks none 1Gbps,1ms]
 [--repeats R] [--quick] [--json]``. Each row: one exchange of an fp32 gradient of ``size``
 entries through an aggregator, on loopback or an emulated link, in real processes: the median
 wall time on rank 0 (``ms``; ``x memcpy`` is that over a ``clone()`` of the gradient), the bytes
 rank 0 sent and received per exchange (ledger), and the modeled time on the link. The
+allgather baselines are Top-k, MSTopK (threshold search) and layer-wise Top-k (the gradient
+cut into four tensors, one allgather each). The
 ``controller`` rows time ``adaptive_topk``'s density choice (``probe``: gain measurement, its
 allreduce and, on the first step, a decision; ``re-decision``: the curve fits, NSGA-II and ASF
 pick alone, or the lab's grid search), for the authors' method and the grid.
@@ -27,6 +29,8 @@ SCHEMES = {
     "artopk var (tree)": ("artopk", dict(variant="var", collective="tree")),
     "artopk auto": ("artopk", dict(variant="star", collective="auto")),
     "topk allgather": ("compressed", {}),
+    "mstopk allgather": ("mstopk", {}),
+    "layer-wise topk allgather (4 tensors)": ("lwtopk", {}),
     "dense fp32 allreduce": ("allreduce", {}),
 }
 
@@ -42,13 +46,14 @@ def _bench(ctx, size, density, networks, repeats):
             comm = Collective(network=Network.parse(spec))
             if name == "compressed":
                 kw = dict(compressor=compress.ErrorFeedback(compress.make("topk", density=density)))
-            elif name == "artopk":
+            elif name in ("artopk", "mstopk", "lwtopk"):
                 kw = dict(kw, density=density)
             agg = aggregate.make(name, comm, **kw)
+            grads = list(x.chunk(4)) if name == "lwtopk" else [x]  # layer-wise: four tensors
             secs, sent, recv, modeled = [], 0, 0, 0.0
             for step in range(repeats + 1):
                 before = len(comm.ledger.records)
-                t = _timed(lambda: agg.aggregate([x], step))
+                t = _timed(lambda: agg.aggregate(grads, step))
                 recs = comm.ledger.records[before:]
                 if step:  # the first call warms up
                     secs.append(t)
@@ -111,7 +116,8 @@ def main(argv=None) -> list[dict]:
     if a.json:
         print(json.dumps(rows, indent=1))
     else:
-        print_rows(rows, f"AR-Topk vs Top-k allgather vs dense allreduce: {size:,} fp32 entries, "
+        print_rows(rows, f"AR-Topk vs the allgather baselines vs dense allreduce: {size:,} fp32 "
+                         f"entries, "
                          f"density {a.density}")
     return rows
 
