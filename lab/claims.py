@@ -82,13 +82,15 @@ def verdict(value, holds, in_part=None) -> str:
 def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, in_part=None,
            substrate: str, runs: int, seeds: int = 1, steps: int | None = None,
            measured: str, bytes: str | None = None, why_part: str = "", why_not: str = "",
-           margin: dict | None = None, target: bool = False) -> dict:
+           margin: dict | None = None, target: bool = False, min_seeds: int = 1) -> dict:
     """A claim's record, its verdict computed (module docstring). ``measured`` says in words
     what the runs measured (built from their numbers); ``why_part``/``why_not`` why the claim
     would hold only in part / not here, written with the thresholds, before the runs; the one
     the computed verdict needs must be given. ``margin``: where a threshold's margin came
     from (``spread``, ``runs``, ``machine``, ``date``, and ``history``: earlier values with
-    why they changed). ``target``: one of the book's own targets, not a paper's claim."""
+    why they changed). ``target``: one of the book's own targets, not a paper's claim.
+    ``min_seeds``: the seeds a claim needs to *hold* (a parity claim whose margin is near the
+    noise): with fewer its verdict is at most "holds in part", and says so."""
     for name, text in (("key", key), ("paper", paper), ("claimed", claimed),
                        ("quantity", quantity), ("measured", measured)):
         if not isinstance(text, str) or not text.strip():
@@ -108,6 +110,8 @@ def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, i
         raise ValueError(f"value must be a finite number or a dict of them, got {value!r}")
     v = verdict(value, holds, in_part)
     why = {"holds": "", "holds in part": why_part, "does not hold here": why_not}[v]
+    if v == VERDICTS[0] and seeds < min_seeds:
+        v, why = VERDICTS[1], f"the thresholds pass, on {seeds} seed(s); holding needs {min_seeds}"
     if v != "holds" and not why.strip():
         raise ValueError(f"claim {key!r} computes {v!r}: give why_{'part' if v == VERDICTS[1] else 'not'}")
     fmt = (lambda s: s if isinstance(s, dict) else {"value": s})
@@ -117,4 +121,4 @@ def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, i
             "in_part": None if in_part is None else {q: list(t) for q, t in fmt(in_part).items()},
             "verdict": v, "why": why, "measured": measured, "substrate": substrate,
             "size": {"runs": runs, "seeds": seeds, "steps": steps}, "bytes": bytes,
-            "margin": margin, "target": bool(target)}
+            "margin": margin, "target": bool(target), "min_seeds": min_seeds}

@@ -60,8 +60,11 @@ def test_every_verdict_is_computed_from_declared_thresholds_and_evidence():
         holds = {q: tuple(t) for q, t in r["holds"].items()}
         part = None if r["in_part"] is None else {q: tuple(t) for q, t in r["in_part"].items()}
         one = list(holds) == ["value"]
-        assert r["verdict"] == verdict(r["value"], holds["value"] if one else holds,
-                                       (part or {}).get("value") if one else part), r["key"]
+        want = verdict(r["value"], holds["value"] if one else holds,
+                       (part or {}).get("value") if one else part)
+        if want == "holds" and r["size"]["seeds"] < r.get("min_seeds", 1):
+            want = "holds in part"   # the thresholds pass on fewer seeds than the claim needs
+        assert r["verdict"] == want, r["key"]
     for part_, docs in cp.parts():
         for doc in docs:
             path = ROOT / f"{doc}.ipynb"
