@@ -143,3 +143,19 @@ def test_every_option_of_the_engine_trains_the_sync_model():
                                                schedule_kw={"slice_size": 1500, **o}) for o in opts]
     hs = train_many(cfgs, 2, progress=False)
     assert all(h.loss == hs[0].loss for h in hs[1:])
+
+
+# -- the benchmark's arithmetic ------------------------------------------------------------
+def test_the_prediction_starts_from_syncs_own_compute_and_ratios_pair_rounds():
+    import numpy as np
+    from lab.bench.p3 import MODELS, config, head_lags, paired, scaled
+    fwd, ready = scaled(([0.001, 0.002, 0.001], [0.003, 0.002, 0.0005]), 0.014)
+    assert fwd.sum() + ready.max() == pytest.approx(0.014)          # sync's compute, measured
+    assert fwd[1] / fwd[0] == pytest.approx(2.0)                     # the profile's shape kept
+    # round by round: a slow round slows both schedules, the ratio stays
+    med, q1, q3 = paired({"turns_ms": [10, 20, 40]}, {"turns_ms": [5, 10, 20]})
+    assert (med, q1, q3) == (2.0, 2.0, 2.0)
+    assert config("vgg32", "p3", None, 3).model_kw == MODELS["vgg32"][1]
+    lags = head_lags([[("last", 1.0), ("applied", 0, 1.002, 0.0)], [("last", 2.0)],
+                      [("applied", 0, 2.004, 0.0)]], warmup=0)
+    assert np.allclose(lags, [0.002, 0.004])

@@ -101,3 +101,45 @@ def test_the_emulated_links_carry_every_slice_on_time():
     # per step the server receives the model from each of 2 workers and sends it to each
     assert h.modeled_comm_s == pytest.approx([2 * 2 * one_way] * steps, rel=1e-6)
     assert sum(h.step_s[1:]) >= (steps - 2) * 2 * one_way
+
+
+# -- the paper's baseline (issue 39): MXNet's default KVStore on the same servers -------------
+def test_kvstore_places_layers_whole_or_split_over_every_server_as_mxnet_does():
+    from lab.sync.kvstore import kvstore_placement
+    units, home = kvstore_placement([160, 2320, 262656, 5130], 2)
+    assert [(u.layer, u.start, u.stop) for u in units] == [(0, 0, 160), (1, 0, 2320),
+                                                           (2, 0, 262656), (3, 0, 5130)]
+    assert home == [0, 9973 % 2, 2 * 9973 % 2, 3 * 9973 % 2]      # key * 9973 mod S
+    units, home = kvstore_placement([10, 2_500_000], 3)           # a big array: S parts
+    assert [(u.start, u.stop) for u in units[1:]] == [(0, 833333), (833333, 1666667),
+                                                      (1666667, 2500000)]
+    assert home == [0, 0, 1, 2]
+
+
+def test_kvstore_and_colocated_servers_give_the_parameters_of_bsp():
+    kv = [CFG.with_(sync="kvstore"), CFG.with_(sync="kvstore", sync_kw={"servers": 2})]
+    bsp2 = train(CFG.with_(sync="bsp"), 3)                        # 1 server + 2 workers
+    one, two = train(kv[0], 3), train(kv[1], 4)
+    assert one.loss == two.loss == bsp2.loss
+    assert one.series["unit_layer"] == [0, 1]                     # unsliced: one message a layer
+    bsp3 = train(CFG.with_(sync="bsp"), 4)                        # 3 workers, like 3 co-located
+    co = train_many([CFG.with_(sync="p3-ps", sync_kw={"colocated": True, "slice_size": SLICE}),
+                     CFG.with_(sync="kvstore", sync_kw={"colocated": True})], 3)
+    for h in co:
+        assert h.loss == bsp3.loss and h.test_loss == bsp3.test_loss
+    # every rank serves its share; a rank's own slices never cross the network
+    units = make_units(SIZES, SLICE)
+    home = co[0].series["home"]
+    assert sorted(k for ks in co[0].series["keys_by_server"] for k in ks) == list(range(len(units)))
+    for r in range(3):
+        out = sum(4 * u.numel + KEY_BYTES for u, h in zip(units, home) if h != r)   # pushes
+        back = 2 * sum(4 * u.numel + KEY_BYTES for u, h in zip(units, home) if h == r)  # replies
+        assert co[0].rank_bytes[r] == CFG.steps * (out + back)
+
+
+@pytest.mark.parametrize("kw, match", [({"colocated": True, "servers": 2}, "colocated"),
+                                       ({"colocated": "yes"}, "colocated"),
+                                       ({"bound": 0}, "bound")])
+def test_bad_kvstore_and_colocated_settings_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        CFG.with_(sync="kvstore", sync_kw=kw).check_workers(3)

@@ -182,17 +182,18 @@ def test_train_records_the_overlap_split_and_a_timeline():
     assert all(c >= 0 for c in h.comm_s)
 
 
-def test_an_emulated_link_takes_one_real_call_per_step_a_real_one_follows_the_plan():
+def test_an_emulated_link_takes_a_head_call_and_one_more_a_real_one_follows_the_plan():
     # same messages on the link, same model; only how the real bytes travel differs
-    kw = {"slice_size": 1500}
+    kw = {"slice_size": 1500, "head": 500}   # the three conv layers (484 values) are the head
     runs = {"auto, link": _cfg("p3", network="1Gbps", schedule_kw=kw),
+            "step, link": _cfg("p3", network="1Gbps", schedule_kw={**kw, "calls": "step"}),
             "plan, link": _cfg("p3", network="1Gbps", schedule_kw={**kw, "calls": "plan"}),
             "auto, loopback": _cfg("p3", schedule_kw=kw),
             "step, loopback": _cfg("p3", schedule_kw={**kw, "calls": "step"})}
     hs = dict(zip(runs, loop.train_many(list(runs.values()), 2, progress=False)))
     calls = {k: h.series["calls"][-1] for k, h in hs.items()}
     msgs = {k: h.series["messages"][-1] for k, h in hs.items()}
-    assert calls["auto, link"] == calls["step, loopback"] == 1
+    assert calls["auto, link"] == 2 and calls["step, link"] == calls["step, loopback"] == 1
     assert calls["plan, link"] > 1 and calls["auto, loopback"] > 1
     assert all(msgs[k] > 1 for k in msgs)              # the link still sees every message
     assert len({h.loss[-1] for h in hs.values()}) == 1                   # 2 ranks: bitwise

@@ -1,21 +1,23 @@
 """``python -m lab bench p3 [--quick] [--json]``: the schedules of Part 7, measured.
 
-1. ``schedule_table``: time per step of every schedule (sync, fifo, the two ablations, p3) for
-   the VGG-like and the ResNet-like model, 2 and 4 ranks, four emulated links, measured and
-   predicted (:func:`lab.schedule.plan.predict` on per-layer times measured in the same run),
-   with both speedups over ``sync``, their ratio, and the final loss against ``sync``'s.
-2. ``engine_cost``: the overlap engine's own cost with no emulated network (target:
-   ``fifo``/``p3`` within 5% of ``sync``): on 1 rank (no collectives: hooks, thread and waits
-   only) and on 2 ranks over loopback (plus gloo's real cost per extra collective), with one
-   exchange on the wire at a time and with 8 in flight.
+1. ``schedule_table``: time per step of ``sync``, ``fifo`` (the paper's baseline: MXNet's
+   default KVStore already pushes each layer as backward produces it), the two ablations and
+   ``p3``, for the VGG-like model, a conv-heavier VGG-like (``vgg32``: 32 channels) and the
+   ResNet-like one, on 2 and 4 ranks and six links from 100 Mb/s to 3 Gb/s (0.1 ms), in
+   interleaved turns (:func:`turns`, median of the rounds): p3/sync and p3/fifo side by side,
+   measured and predicted (:func:`lab.schedule.plan.predict` on per-layer times scaled to
+   ``sync``'s own compute in the same session), the bound (C+T)/max(C,T), each schedule's
+   compute against sync's; on the emulated link (``--link model``) or a kernel link
+   (``--link kernel``, :mod:`lab.comm.kernel`, where the machine can make one).
+2. ``engine_cost``: the overlap engine's suggestions one by one (flat buffers, slices in flight,
+   the head call, real-time priority, timing from the last rank), VGG-like, 2 ranks, 1 Gb/s:
+   compute against sync's and how long after the last rank's backward layer 0 is back.
 3. ``ddp_hook``: a DDP step with ``lab.hooks.codec_hook`` (fp16) against torch's own
    ``fp16_compress_hook`` on the same model (target: <= 1.05x).
-4. ``ps_table`` (``--ps``): P3 on parameter servers (``sync="p3-ps"``) against ``bsp`` on one
-   server and the sliced, sharded FIFO baseline, 4 ranks (1 server + 3 workers, 2 + 2).
+4. ``--ps``: P3 on parameter servers against MXNet's default KVStore on the same servers
+   (:func:`lab.bench.ps.p3_table`).
 
-``--layers FILE`` instead records each model's per-layer compute profile (``layer_profile``),
-with the command, machine and date that measured it: Part 7 checks the paper's claims on the
-prediction made from a stored profile, so a check does not move with the machine that runs it.
+``--layers FILE`` instead records each model's per-layer compute profile (``layer_profile``).
 """
 from __future__ import annotations
 
@@ -33,16 +35,22 @@ from ..train import TrainConfig, train_many
 from .table import machine, print_rows
 
 SCHEDULES = ("sync", "fifo", "slicing-only", "priority-only", "p3")
-NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "1Gbps,0.1ms", "3Gbps,0.1ms")
-MODELS = {"vgg": {"channels": 16, "fc": 512}, "resnet": {"channels": 32, "blocks": 2}}
+NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "600Mbps,0.1ms", "1Gbps,0.1ms", "1.5Gbps,0.1ms",
+            "3Gbps,0.1ms")
+#: the benchmark's models: name -> (lab.models name, model_kw)
+MODELS = {"vgg": ("vgg", {"channels": 16, "fc": 512}),
+          "vgg32": ("vgg", {"channels": 32, "fc": 512}),
+          "resnet": ("resnet", {"channels": 32, "blocks": 2})}
 
 
 def config(model: str, schedule: str, network, steps: int, batch_size: int = 256,
            **kw) -> TrainConfig:
-    """The config the benchmark and the book use: digits, global batch 256, SGD with momentum."""
+    """The config the benchmark and the book use: digits, global batch 256, SGD with momentum;
+    ``model`` is a key of :data:`MODELS` (or any model, with its defaults)."""
     sk = {"slice_size": kw.pop("slice_size")} if "slice_size" in kw else {}
-    return TrainConfig(model=model, data="digits", steps=steps, batch_size=batch_size, lr=0.05,
-                       momentum=0.9, model_kw=dict(MODELS.get(model, {})), network=network,
+    name, mkw = MODELS.get(model, (model, {}))
+    return TrainConfig(model=name, data="digits", steps=steps, batch_size=batch_size, lr=0.05,
+                       momentum=0.9, model_kw=dict(mkw), network=network,
                        schedule=schedule, schedule_kw=sk, eval_every=0, **kw)
 
 
@@ -51,21 +59,13 @@ def step_ms(h, warmup: int = 2) -> float:
     return 1e3 * float(np.median(h.step_s[warmup:]))
 
 
-def bound(sync_h, warmup: int = 2) -> float:
-    """Alpha-beta bound on the speedup of perfect overlap: (C + T) / max(C, T), with C the
-    measured compute and T the modeled exchange time of ``sync`` (median per step)."""
-    c = float(np.median(np.asarray(sync_h.compute_s[warmup:]) + np.asarray(sync_h.codec_s[warmup:])))
-    t = float(np.median(sync_h.modeled_comm_s[warmup:]))
-    return (c + t) / max(c, t)
-
-
 def layer_sizes(model: str) -> list[int]:
     """Values per layer of the benchmark's ``model``, in traced forward order (the engine's)."""
     from .. import data as data_mod, models
     from ..schedule.overlap import traced_layers
     d = data_mod.load("digits")
-    m = models.make(model, d, **MODELS.get(model, {}))
-    layers, _ = traced_layers(m, d.batch(0, 8, 0, 1)[0])
+    name, mkw = MODELS.get(model, (model, {}))
+    layers, _ = traced_layers(models.make(name, d, **mkw), d.batch(0, 8, 0, 1)[0])
     return [sum(p.numel() for p in ps) for _, ps in layers]
 
 
@@ -74,58 +74,93 @@ def layer_sizes(model: str) -> list[int]:
 SAME_SLICES = {"p3": "slicing-only", "priority-only": "fifo"}
 
 
-def schedule_table(models=("vgg", "resnet"), networks=NETWORKS, schedules=SCHEDULES,
-                   workers=(2, 4), rounds: int = 4, block: int = 3,
-                   batch_per_rank: int | None = None, device: str = "cpu") -> list[dict]:
-    """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
-    phase of a shared machine hits every schedule alike): the step time (see :func:`turns`), the step time
-    predicted from per-layer times measured in the same session on as many ranks
-    (:func:`lab.schedule.plan.predict`), both speedups over ``sync``, their ratio, the
-    ceiling any overlap can reach (``bound``: (C + T) / max(C, T), with T the link's modeled
-    time for ``sync``'s allreduce and C the rest of ``sync``'s measured step), the final
-    loss's distance from ``sync``'s, the largest final-parameter difference from ``sync``
-    and from the schedule with the same slices (:data:`SAME_SLICES`). With two ranks every
-    difference is 0; with more, gloo sums a value in an order that depends on how the vector
-    it reduces is cut (whole model, slices, the slices one real call carries), so the schedules
-    differ by rounding, which training then amplifies step by step: measured on 3 and 4 ranks
-    (ResNet-like, 6 steps), 1e-5 from ``sync`` and 1e-8 from the same slices.
+def scaled(profile, compute_s: float):
+    """Per-layer forward times and ready offsets scaled so that forward plus backward is
+    ``compute_s`` (sync's own compute, measured in the same session): the prediction then
+    starts from the baseline's compute, not from an overlapping run's."""
+    fwd, ready = (np.asarray(v, dtype=float) for v in profile)
+    k = compute_s / (fwd.sum() + ready.max())
+    return fwd * k, ready * k
 
-    ``batch_per_rank``: the global batch is ``batch_per_rank * ranks`` (weak scaling: each rank
-    computes as much at every rank count), instead of the book's fixed 256. ``device``: where
-    the ranks compute (``"cuda"``: every rank on the GPUs visible, gloo between them unless each
-    rank has its own GPU)."""
+
+def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
+                   workers=(2, 4), rounds: int = 5, block: int = 3,
+                   batch_per_rank: int | None = None, device: str = "cpu",
+                   link: str = "model", profiles: dict | None = None) -> list[dict]:
+    """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
+    phase of a shared machine hits every schedule alike): the step time (see :func:`turns`),
+    the step time predicted (:func:`lab.schedule.plan.predict`) from per-layer times measured
+    on as many ranks and scaled to ``sync``'s compute in this session (:func:`scaled`), both
+    speedups over ``sync`` and over ``fifo`` (the median of the per-round ratios, :func:`paired`,
+    with their interquartile range), their ratio to the prediction, the ceiling any
+    overlap can reach (``bound``: (C + T) / max(C, T), with T the link's modeled time for
+    ``sync``'s allreduce and C sync's compute), each schedule's compute (its step less its
+    waits) against sync's, the final loss's distance from ``sync``'s, and the largest
+    final-parameter difference from ``sync`` and from the schedule with the same slices
+    (:data:`SAME_SLICES`: 0 with two ranks; with more, gloo sums in an order that depends on how
+    the vector it reduces is cut, 1e-5 after a few steps).
+
+    ``batch_per_rank``: the global batch is ``batch_per_rank * ranks`` (weak scaling) instead of
+    the book's fixed 256. ``device``: where the ranks compute. ``link="kernel"``: the ranks sit
+    on a kernel link (:mod:`lab.comm.kernel`) reshaped to each network in its turn.
+    ``profiles``: a dict that receives, per ``(model, ranks)``, the layer sizes and the scaled
+    per-layer times the predictions used (to predict other links)."""
     from ..comm import Network
     rows = []
     for w in workers:
         batch = {} if batch_per_rank is None else {"batch_size": batch_per_rank * w}
         for model in models:
             timeline = config(model, "fifo", None, 24, **batch).with_(schedule_kw={"timeline": True})
-            fwd, ready = layer_times(train_many([timeline], w, progress=False, device=device)[0])
+            profile = layer_times(train_many([timeline], w, progress=False, device=device)[0])
             sizes = layer_sizes(model)
-            cfgs = [config(model, s, n, rounds * block, **batch) for n in networks for s in schedules]
+            cfgs = [config(model, s, n, rounds * block, link=link, **batch)
+                    for n in networks for s in schedules]
             keys = [(c.network, c.schedule) for c in cfgs]
             ref = [keys.index((c.network, SAME_SLICES.get(c.schedule, c.schedule)))
                    if (c.network, SAME_SLICES.get(c.schedule)) in keys else i
                    for i, c in enumerate(cfgs)]
-            got = dict(zip(keys, turns(cfgs, w, rounds, block, timeout=300 + 20 * len(cfgs), ref=ref,
-                                       device=device)))
+            got = dict(zip(keys, turns(cfgs, w, rounds, block, timeout=300 + 30 * len(cfgs),
+                                       ref=ref, device=device, link=link)))
+            c_sync = float(np.median([got[n, "sync"]["compute_ms"] for n in networks])) / 1e3
+            fwd, ready = scaled(profile, c_sync)
+            if profiles is not None:
+                profiles[model, w] = (sizes, fwd, ready)
             for n in networks:
                 pred = {s: 1e3 * plan.predict(sizes, fwd, ready, s, n, w) for s in schedules}
                 base, loss = got[n, "sync"]["ms"], got[n, "sync"]["loss"][-1]
+                fifo = got.get((n, "fifo"), {}).get("ms")
                 t = 1e3 * Network.parse(n).time("allreduce", 4 * sum(sizes), w)
                 for s in schedules:
-                    sp, psp = base / got[n, s]["ms"], pred["sync"] / pred[s]
-                    rows.append({"model": model, "ranks": w, "device": device,
-                             "batch": cfgs[0].batch_size, "link": n,
-                                 "schedule": s,
-                                 "ms/step": round(got[n, s]["ms"], 1), "predicted ms": round(pred[s], 1),
-                                 "speedup": round(sp, 3), "predicted speedup": round(psp, 3),
-                                 "measured/predicted": round(sp / psp, 3),
-                                 "bound": round(base / max(base - t, t), 3),
-                                 "loss - sync": float(f"{got[n, s]['loss'][-1] - loss:.2g}"),
-                                 "param diff": float(f"{got[n, s]['param_diff']:.2g}"),
-                                 "diff, same slices": float(f"{got[n, s]['ref_diff']:.2g}")})
+                    ms, psp = got[n, s]["ms"], pred["sync"] / pred[s]
+                    sp, sp_lo, sp_hi = paired(got[n, "sync"], got[n, s])
+                    xf = paired(got[n, "fifo"], got[n, s]) if fifo else (None,) * 3
+                    rows.append({
+                        "model": model, "ranks": w, "device": device, "batch": cfgs[0].batch_size,
+                        "link": n, "link kind": link, "schedule": s,
+                        "ms/step": round(ms, 1), "predicted ms": round(pred[s], 1),
+                        "speedup": round(sp, 3), "speedup IQR": f"{sp_lo:.2f}-{sp_hi:.2f}",
+                        "predicted speedup": round(psp, 3),
+                        "x fifo": round(xf[0], 3) if fifo else None,
+                        "x fifo IQR": f"{xf[1]:.2f}-{xf[2]:.2f}" if fifo else None,
+                        "predicted x fifo": round(pred["fifo"] / pred[s], 3) if fifo else None,
+                        "measured/predicted": round(sp / psp, 3),
+                        "bound": round((1e3 * c_sync + t) / max(1e3 * c_sync, t), 3),
+                        "compute x sync": round(got[n, s]["compute_ms"] / (1e3 * c_sync), 3),
+                        "spread": round(got[n, s]["spread"], 3),
+                        "bytes/step": got[n, s]["bytes"] // (rounds * block),
+                        "loss - sync": float(f"{got[n, s]['loss'][-1] - loss:.2g}"),
+                        "param diff": float(f"{got[n, s]['param_diff']:.2g}"),
+                        "diff, same slices": float(f"{got[n, s]['ref_diff']:.2g}")})
     return rows
+
+
+def paired(base: dict, other: dict) -> tuple[float, float, float]:
+    """``base``'s time over ``other``'s, round by round (the two ran one after the other in each
+    round, so a slow phase of the machine hits both): the median and the interquartile range
+    of the per-round ratios."""
+    r = np.asarray(base["turns_ms"]) / np.asarray(other["turns_ms"])
+    q1, med, q3 = np.percentile(r, [25, 50, 75])
+    return float(med), float(q1), float(q3)
 
 
 def _turns_rank(ctx, cfgs, rounds: int, block: int):
@@ -136,10 +171,11 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
     for cfg in cfgs:
         comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
         e = engine(ctx, cfg, comm)
-        runs.append((cfg, comm, e, schedule.make(cfg.schedule, e, **cfg.schedule_kw), [], []))
+        runs.append((cfg, comm, e, schedule.make(cfg.schedule, e, **cfg.schedule_kw), [], [], [], []))
     try:
-        for r in range(rounds):
-            for cfg, comm, e, s, times, losses in runs:
+        for r in range(rounds):   # odd rounds in reverse: no schedule always follows another
+            for cfg, comm, e, s, times, computes, losses, events in (runs[::-1] if r % 2 else runs):
+                comm.network = cfg.network_at(0)   # a kernel link: the NIC shaped to this run's rate
                 for k in range(block):
                     step = r * block + k
                     comm.ledger.step = step
@@ -148,29 +184,37 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
                     t0 = time.perf_counter()
                     res = s.step(step, x, y)
                     times.append(time.perf_counter() - t0)
+                    computes.append(res.compute_s)
                     losses.append(res.loss)
+                    if "events" in res.info:
+                        events.append(res.info["events"])
                 if hasattr(s, "drain"):   # its exchange must not run into the next schedule's turn
                     s.drain()
     finally:
         for run in runs:
             run[3].close()
-    return [{"step_s": times, "loss": losses,
+    return [{"step_s": times, "compute_s": computes, "loss": losses, "lags": head_lags(events),
              "bytes": sum(r.bytes for r in comm.ledger.records if r.tag != "plan"),
              "params": torch.cat([p.detach().reshape(-1) for p in e.params])}
-            for _, comm, e, _, times, losses in runs]
+            for _, comm, e, _, times, computes, losses, events in runs]
 
 
-def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 600,
-          ref=None, device: str = "cpu") -> list[dict]:
+def turns(cfgs, workers: int, rounds: int = 5, block: int = 3, timeout: float = 600,
+          ref=None, device: str = "cpu", link: str = "model") -> list[dict]:
     """Run ``cfgs`` on the same ``workers`` ranks *in turns*: ``block`` steps of each, round
     after round, so a slow phase of a shared machine hits every schedule alike (the way
-    ``ddp_hook`` times two hooks). Per config: ``ms``, the median over rounds of each turn's
+    ``ddp_hook`` times two hooks; odd rounds run the configs in reverse order, so that none
+    always runs right after another). Per config: ``ms``, the median over rounds of each turn's
     mean steady step (the first step of each turn is left out: it starts with nothing in flight;
     a turn's mean, not single steps, because an overlapping schedule's step can borrow time
-    from the step before it), ``median_ms`` over all steady steps, every step's seconds, the losses, the
-    training bytes rank 0 sent (not the overlap engine's one-off plan exchange), and the largest difference of its final parameters from the first
+    from the step before it); ``turns_ms``, those turns; ``spread``, their interquartile range
+    over ``ms``;
+    ``median_ms`` over all steady steps; ``compute_ms``, the median steady step less its waits;
+    every step's seconds, the losses, the training bytes rank 0 sent (not the overlap engine's
+    one-off plan exchange), and the largest difference of its final parameters from the first
     config's over all ranks (``param_diff``; ``ref_diff``: from config ``ref[i]``'s, by default
-    the first's too). Every config needs ``steps = rounds * block``."""
+    the first's too). Every config needs ``steps = rounds * block``. ``link="kernel"``: on a
+    kernel link shaped to the first config's network, reshaped at each turn."""
     if isinstance(block, bool) or not isinstance(block, int) or block < 2:
         raise ValueError(f"turns: block must be an int >= 2 (steps per turn), got {block!r}")
     for c in cfgs:
@@ -178,17 +222,24 @@ def turns(cfgs, workers: int, rounds: int = 4, block: int = 3, timeout: float = 
         if c.steps != rounds * block:
             raise ValueError(f"turns: each config needs steps = rounds * block = {rounds * block}, "
                              f"got {c.steps} ({c.name})")
-    res = launch(_turns_rank, workers, list(cfgs), rounds, block, timeout=timeout, device=device)
+    kw = {"link": "kernel", "network": cfgs[0].network_at(0)} if link == "kernel" else {}
+    res = launch(_turns_rank, workers, list(cfgs), rounds, block, timeout=timeout, device=device,
+                 **kw)
     out = []
     for i in range(len(cfgs)):
         r0 = res[0][i]
-        steady = [t for j, t in enumerate(r0["step_s"]) if j % block]
+        keep = [j for j in range(len(r0["step_s"])) if j % block]
+        steady = [r0["step_s"][j] for j in keep]
         turn = [float(np.mean(steady[k:k + block - 1])) for k in range(0, len(steady), block - 1)]
+        q1, q3 = np.percentile(turn, [25, 75])
         diff = max(float((r[i]["params"] - r[0]["params"]).abs().max()) for r in res)
         j = 0 if ref is None else ref[i]
         same = max(float((r[i]["params"] - r[j]["params"]).abs().max()) for r in res)
-        out.append({"ms": 1e3 * float(np.median(turn)), "median_ms": 1e3 * float(np.median(steady)),
-                    "step_s": r0["step_s"],
+        out.append({"ms": 1e3 * float(np.median(turn)), "spread": float((q3 - q1) / np.median(turn)),
+                    "turns_ms": [1e3 * t for t in turn],
+                    "median_ms": 1e3 * float(np.median(steady)),
+                    "compute_ms": 1e3 * float(np.median([r0["compute_s"][j] for j in keep])),
+                    "step_s": r0["step_s"], "compute_s": r0["compute_s"], "lags": r0["lags"],
                     "loss": r0["loss"], "bytes": r0["bytes"], "param_diff": diff, "ref_diff": same})
     return out
 
@@ -207,16 +258,26 @@ def layer_times(h, warmup: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return np.median(cs, axis=0), np.median(rs, axis=0)
 
 
-def layer_profile(models=("vgg", "resnet"), steps: int = 40, repeats: int = 3) -> dict:
+def head_lags(events, warmup: int = 2) -> list[float]:
+    """Seconds from the last rank's end of backward (every rank's gradient ready) to layer 0's
+    new parameters being there, per exchange of a ``timeline=True`` run on an emulated link;
+    ``events``: the steps' event lists (``History.series["events"]``)."""
+    evs = [e for ev in events for e in ev]
+    last = [e[1] for e in evs if e[0] == "last"]
+    first = [e[2] for e in evs if e[0] == "applied" and e[1] == 0]
+    return [a - b for b, a in zip(last, first)][warmup:]
+
+
+def layer_profile(models=tuple(MODELS), steps: int = 40, repeats: int = 3) -> dict:
     """Each model's per-layer forward times and ready offsets (``layer_times``), one rank's
     compute timed in 2 processes (a spare core each for the communication thread), with the
     batch of Part 7; the median over ``repeats`` runs interleaved model by model."""
-    cfgs = [config(m, "fifo", None, steps).with_(schedule_kw={"timeline": True})
+    cfgs = [(m, config(m, "fifo", None, steps).with_(schedule_kw={"timeline": True}))
             for _ in range(repeats) for m in models]
-    hs = train_many(cfgs, 2, timeout=120 + 20 * len(cfgs), progress=False)
+    hs = train_many([c for _, c in cfgs], 2, timeout=120 + 20 * len(cfgs), progress=False)
     out = {}
     for m in models:
-        got = [layer_times(h) for h, c in zip(hs, cfgs) if c.model == m]
+        got = [layer_times(h) for h, (name, _) in zip(hs, cfgs) if name == m]
         out[m] = {"fwd_s": np.median([g[0] for g in got], axis=0).round(7).tolist(),
                   "ready_s": np.median([g[1] for g in got], axis=0).round(7).tolist()}
     return {"machine": machine(), "torch": torch.__version__,
@@ -224,61 +285,37 @@ def layer_profile(models=("vgg", "resnet"), steps: int = 40, repeats: int = 3) -
             "models": out}
 
 
-PS_NETWORKS = NETWORKS[:3]
-#: label -> (servers, sync mode, sync_kw) of the parameter-server table
-PS_RUNS = {"bsp": (1, "bsp", {}),
-           "sharded fifo": (1, "p3-ps", {"priority": False}),
-           "p3-ps": (1, "p3-ps", {"priority": True}),
-           "sharded fifo, 2 servers": (2, "p3-ps", {"servers": 2, "priority": False}),
-           "p3-ps, 2 servers": (2, "p3-ps", {"servers": 2, "priority": True})}
+#: the engine's suggestions (issue 39), each switched off alone against the default
+ENGINE_RUNS = {"sync": ("sync", {}), "sync, own arrival": ("sync", {"arrival": "own"}),
+               "fifo": ("fifo", {}), "p3": ("p3", {}),
+               "p3, one call a step": ("p3", {"calls": "step"}),
+               "p3, one in flight": ("p3", {"in_flight": 1}),
+               "p3, normal priority": ("p3", {"realtime": False}),
+               "p3, no flat buffer": ("p3", {"flat": False}),
+               "p3, own arrival": ("p3", {"arrival": "own"})}
 
 
-def ps_table(model: str = "vgg", networks=PS_NETWORKS, ranks: int = 4, steps: int = 8,
-             rounds: int = 2, warmup: int = 2) -> list[dict]:
-    """P3 on parameter servers (:mod:`lab.sync.p3_server`) against ``bsp`` on one server, on
-    ``ranks`` ranks: per link and scheme, the median measured step time (the workers' compute
-    plus exposed waits; ``bsp``: the server's time per ``n`` gradients) over the steps after
-    ``warmup`` of ``rounds`` runs taken in turns, the speedup over ``bsp``, p3-ps's speedup over
-    the sharded FIFO baseline with as many servers, and the final loss's distance from
-    ``bsp``'s (2 servers leave 2 workers, whose shards sum the batch in another order)."""
-    cfgs = [((n, label), config(model, "sync", n, steps).with_(sync=sync, sync_kw=kw))
-            for _ in range(rounds) for n in networks for label, (_, sync, kw) in PS_RUNS.items()]
-    hs = train_many([c for _, c in cfgs], ranks, timeout=120 + 60 * len(cfgs), progress=False)
-    times, loss = {}, {}
-    for (key, _), h in zip(cfgs, hs):
-        times.setdefault(key, []).extend(h.step_s[warmup:])
-        loss.setdefault(key, h.loss[-1])
+def engine_cost(network: str = "1Gbps,0.1ms", workers: int = 2, rounds: int = 6,
+                block: int = 4, model: str = "vgg") -> list[dict]:
+    """Each suggestion of the engine switched off alone, in turns on one link: the step, the
+    compute (the step less its waits) against ``sync``'s, and how long after the last rank's
+    end of backward layer 0 is back (median and 90th percentile; ``p3, one call a step`` is the
+    engine before the head call). Real-time priority, once granted, stays with gloo's threads
+    for the rest of the process: ``normal priority`` only leaves the sending thread's."""
+    cfgs = [config(model, s, network, rounds * block).with_(
+        schedule_kw={**kw, **({"timeline": True} if s != "sync" else {})})
+        for s, kw in ENGINE_RUNS.values()]
+    got = turns(cfgs, workers, rounds, block, timeout=300 + 30 * len(cfgs))
+    lag = {name: g["lags"] for name, g in zip(ENGINE_RUNS, got)}
+    ref = got[0]["compute_ms"]
     rows = []
-    for n in networks:
-        ms = {label: 1e3 * float(np.median(times[n, label])) for label in PS_RUNS}
-        for label, (servers, _, _) in PS_RUNS.items():
-            fifo = label.replace("p3-ps", "sharded fifo")
-            rows.append({"link": n, "scheme": label, "servers": servers, "workers": ranks - servers,
-                         "ms/step": round(ms[label], 1), "speedup": round(ms["bsp"] / ms[label], 3),
-                         "x fifo": round(ms[fifo] / ms[label], 3) if fifo != label else None,
-                         "loss - bsp": float(f"{loss[n, label] - loss[n, 'bsp']:.2g}")})
-    return rows
-
-
-ENGINE_RUNS = {"sync": ("sync", {}), "fifo": ("fifo", {}), "p3": ("p3", {}),
-               "fifo, 8 in flight": ("fifo", {"in_flight": 8}),
-               "p3, 8 in flight": ("p3", {"in_flight": 8})}
-
-
-def engine_cost(steps: int = 30, repeats: int = 3) -> list[dict]:
-    """The engine's hooks, thread and per-layer waits against ``sync``, with no emulated link:
-    on 1 rank (an infinitely fast network: no collective at all) and on 2 ranks over loopback
-    (where each extra collective also pays gloo's real per-call cost, less when several are
-    in flight)."""
-    rows = []
-    for workers in (1, 2):
-        cfgs = [(name, config("vgg", s, None, steps).with_(schedule_kw=kw))
-                for _ in range(repeats) for name, (s, kw) in ENGINE_RUNS.items()]
-        hs = train_many([c for _, c in cfgs], workers, timeout=300 + 60 * repeats, progress=False)
-        best = {name: min(step_ms(h, 5) for h, (n, _) in zip(hs, cfgs) if n == name)
-                for name in ENGINE_RUNS}
-        rows += [{"ranks": workers, "schedule": name, "ms/step": round(best[name], 2),
-                  "x sync": round(best[name] / best["sync"], 3)} for name in ENGINE_RUNS]
+    for (name, _), g in zip(ENGINE_RUNS.items(), got):
+        row = {"run": name, "ms/step": round(g["ms"], 1), "compute ms": round(g["compute_ms"], 1),
+               "compute x sync": round(g["compute_ms"] / ref, 3)}
+        if lag[name]:
+            row["layer 0 after backward ms"] = round(1e3 * float(np.median(lag[name])), 2)
+            row["p90 ms"] = round(1e3 * float(np.percentile(lag[name], 90)), 2)
+        rows.append(row)
     return rows
 
 
@@ -292,7 +329,7 @@ def _ddp_worker(ctx, steps: int):
     lossf = models.loss_fn(d.task)
     runs = {}
     for name in ("torch fp16_compress_hook", "lab codec_hook fp16"):
-        model = models.make("vgg", d, seed=0, **MODELS["vgg"])
+        model = models.make("vgg", d, seed=0, **MODELS["vgg"][1])
         ddp = DDP(model, bucket_cap_mb=1)
         if name.startswith("torch"):
             ddp.register_comm_hook(None, fp16_compress_hook)
@@ -317,27 +354,37 @@ def ddp_hook(workers: int = 2, steps: int = 30) -> list[dict]:
     return [{"hook": k, "ms/step": round(1e3 * v, 2), "x torch": round(v / ref, 3)} for k, v in t.items()]
 
 
+def load() -> str:
+    """The machine's load average (1, 5, 15 minutes) and its cores, for the provenance of a
+    measurement on a shared machine."""
+    import os
+    with open("/proc/loadavg") as f:
+        return f"load {' '.join(f.read().split()[:3])} on {os.cpu_count()} cores"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab bench p3", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer steps")
+    p.add_argument("--quick", action="store_true", help="fewer rounds and steps")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4],
                    help="rank counts for the schedule table (default: 2 4)")
-    p.add_argument("--rounds", type=int, default=4,
+    p.add_argument("--rounds", type=int, default=5,
                    help="rounds of turns in the schedule table, 3 steps of each schedule per round "
-                        "(default 4)")
+                        "(default 5)")
     p.add_argument("--only", choices=["schedules"], help="only the schedule table")
     p.add_argument("--batch-per-rank", type=int, default=None,
                    help="schedule table: global batch = this x ranks (weak scaling) instead of "
                         "the book's fixed 256")
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS),
-                   help="schedule table: models (default: vgg resnet)")
+                   help="schedule table: models (default: vgg vgg32 resnet)")
     p.add_argument("--networks", nargs="+", default=list(NETWORKS),
-                   help="schedule table: emulated links (default: 100Mbps..3Gbps at 0.1 ms)")
+                   help="schedule table: links (default: 100Mbps..3Gbps at 0.1 ms)")
+    p.add_argument("--link", choices=["model", "kernel"], default="model",
+                   help="schedule table: the emulated link (default) or a kernel link (root)")
     p.add_argument("--ps", action="store_true",
-                   help="only the parameter-server table: bsp on one server vs the sharded FIFO "
-                        "baseline vs p3-ps (sync='p3-ps'), VGG-like, 4 ranks")
+                   help="only the parameter-server table: p3-ps against MXNet's default KVStore "
+                        "on as many servers (lab.bench.ps.p3_table)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
                    help="schedule table: where the ranks compute (default cpu; cuda: every rank "
                         "on the GPUs visible)")
@@ -357,26 +404,34 @@ def main(argv=None) -> int:
         p.error("--workers and --rounds must be >= 1")
     if a.batch_per_rank is not None and a.batch_per_rank < 1:
         p.error(f"--batch-per-rank must be >= 1, got {a.batch_per_rank}")
+    if a.link == "kernel":
+        from ..comm import kernel
+        if kernel.unavailable():
+            p.error(f"--link kernel: {kernel.unavailable()}")
     if a.ps:
-        rows = ps_table(steps=6 if a.quick else 8, rounds=1 if a.quick else 2)
+        from .ps import p3_table
+        rows = p3_table(steps=6 if a.quick else 10, rounds=1 if a.quick else 3)
         if a.json:
-            print(json.dumps({"ps": rows, "machine": machine()}, indent=1))
+            print(json.dumps({"ps": rows, "machine": machine(), "load": load()}, indent=1))
         else:
-            print_rows(rows, "P3 on parameter servers: step time by scheme (VGG-like, 4 ranks, "
-                             "emulated links)")
+            print_rows(rows, f"P3 on parameter servers against MXNet's KVStore ({load()})")
         return 0
     schedules = tuple(["sync"] + [s for s in a.schedules if s != "sync"])
     out = {"schedules": schedule_table(tuple(a.models), tuple(a.networks), schedules,
-                                       workers=tuple(a.workers), rounds=2 if a.quick else a.rounds,
-                                       batch_per_rank=a.batch_per_rank, device=a.device)}
+                                       workers=tuple(a.workers), rounds=3 if a.quick else a.rounds,
+                                       batch_per_rank=a.batch_per_rank, device=a.device,
+                                       link=a.link)}
     if a.only is None:
-        out["engine_cost"] = engine_cost(steps=15 if a.quick else 30, repeats=2 if a.quick else 3)
+        out["engine_cost"] = engine_cost(rounds=3 if a.quick else 6)
         out["ddp_hook"] = ddp_hook(steps=15 if a.quick else 30)
+    out["machine"], out["load"] = machine(), load()
     if a.json:
         print(json.dumps(out, indent=1))
         return 0
-    print_rows(out["schedules"], "step time by schedule, measured and predicted (emulated links)")
+    print_rows(out["schedules"], f"step time by schedule, measured and predicted ({a.link} link; "
+                                 f"{out['load']} at the end)")
     if a.only is None:
-        print_rows(out["engine_cost"], "overlap engine cost, no emulated link (1 rank: engine only; 2 ranks: loopback)")
+        print_rows(out["engine_cost"], "the overlap engine's suggestions, each switched off alone "
+                                       "(VGG-like, 2 ranks, 1 Gb/s)")
         print_rows(out["ddp_hook"], "DDP step, fp16 hook (2 ranks, VGG-like)")
     return 0

@@ -1,4 +1,6 @@
-"""``python -m lab bench ps``: parameter-server throughput and bytes (issue 12).
+"""``python -m lab bench ps``: parameter-server throughput and bytes (issue 12); and
+:func:`p3_table`, P3 on parameter servers against MXNet's default KVStore (issue 39,
+``python -m lab bench p3 --ps``).
 
 For 2, 4 and 8 workers (plus the server, rank 0) on loopback: the server's updates and
 gradients per second under ASP and BSP, and the bytes through the server per step of
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+
+import numpy as np
 
 from ..train import TrainConfig, train, train_many
 from .table import print_rows
@@ -51,4 +55,50 @@ def main(argv=None) -> list[dict]:
         print(json.dumps(rows))
     else:
         print_rows(rows, "parameter server on loopback")
+    return rows
+
+
+#: label -> (servers, sync mode, sync_kw) of the P3 parameter-server table: each p3-ps beside
+#: MXNet's default KVStore on as many servers (the paper's baseline)
+P3_RUNS = {"kvstore, 1 server": (1, "kvstore", {}),
+           "p3-ps, 1 server": (1, "p3-ps", {}),
+           "kvstore, 2 servers": (2, "kvstore", {"servers": 2}),
+           "p3-ps, 2 servers": (2, "p3-ps", {"servers": 2}),
+           "p3-ps fifo, 2 servers": (2, "p3-ps", {"servers": 2, "priority": False}),
+           "kvstore, co-located": ("all", "kvstore", {"colocated": True}),
+           "p3-ps, co-located": ("all", "p3-ps", {"colocated": True})}
+P3_NETWORKS = ("100Mbps,0.1ms", "1Gbps,0.1ms", "3Gbps,0.1ms")
+
+
+def p3_table(model: str = "vgg", networks=P3_NETWORKS, ranks: int = 4, steps: int = 10,
+             rounds: int = 3, warmup: int = 3, runs=None) -> list[dict]:
+    """P3 on parameter servers (:mod:`lab.sync.p3_server`) against MXNet's default KVStore
+    (:mod:`lab.sync.kvstore`) on the same number of servers, on ``ranks`` ranks: per link and
+    scheme, the measured step (the workers' compute plus exposed waits) as the median over
+    ``rounds`` runs taken in turns of each run's median step after ``warmup``; p3-ps over the
+    KVStore with as many servers (``x kvstore``, with the range over rounds), and the final
+    loss's distance from the KVStore's (the same sums: 0)."""
+    from .p3 import config
+    runs = runs or P3_RUNS
+    cfgs = [((n, label), config(model, "sync", n, steps).with_(sync=sync, sync_kw=kw))
+            for _ in range(rounds) for n in networks for label, (_, sync, kw) in runs.items()]
+    hs = train_many([c for _, c in cfgs], ranks, timeout=120 + 60 * len(cfgs), progress=False)
+    per: dict = {}
+    for (key, _), h in zip(cfgs, hs):
+        per.setdefault(key, []).append((float(np.median(h.step_s[warmup:])), h.loss[-1]))
+    rows = []
+    for n in networks:
+        for label, (servers, sync, _) in runs.items():
+            ms = [1e3 * t for t, _ in per[n, label]]
+            base = ("kvstore, co-located" if servers == "all"
+                    else f"kvstore, {servers} server" + ("s" if servers > 1 else ""))
+            row = {"link": n, "scheme": label, "servers": ranks if servers == "all" else servers,
+                   "workers": ranks if servers == "all" else ranks - servers,
+                   "ms/step": round(float(np.median(ms)), 1)}
+            if base in runs and base != label:
+                ratios = [1e3 * b / m for (b, _), m in zip(per[n, base], ms)]
+                row.update({"x kvstore": round(float(np.median(ratios)), 3),
+                            "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+                            "loss - kvstore": float(f"{per[n, label][0][1] - per[n, base][0][1]:.2g}")})
+            rows.append(row)
     return rows

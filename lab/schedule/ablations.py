@@ -13,7 +13,7 @@ class SlicingOnly(Overlap):
     name = "slicing-only"
     slice_size = P3_SLICE_SIZE
     priority = False
-    options = ("slice_size", "in_flight", "timeline", "coalesce", "calls")
+    options = ("slice_size", *Overlap.options)
 
 
 @register("priority-only")

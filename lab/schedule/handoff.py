@@ -13,6 +13,8 @@ import queue
 import threading
 import time
 
+from . import realtime
+
 _POLL = 0.05  # seconds between checks for a failed peer thread while waiting
 
 
@@ -23,7 +25,9 @@ class _Abort(Exception):
 class LayerHandoff:
     """Per-layer events, the hooks that set and wait for them, and the communication thread.
     Mixed into :class:`lab.schedule.overlap.Overlap`, which provides ``engine``, ``layers``,
-    ``timeline``, ``_left`` (parameters still without a gradient, per layer, set each step) and
+    ``timeline``, ``_left`` (parameters still without a gradient, per layer, set each step),
+    ``_step`` (the step whose backward runs), ``stamps`` (where the layers' ready times are
+    posted for the other ranks, :mod:`lab.schedule.stamps`, or None), ``realtime`` and
     ``_exchange(*job)``, the thread's work for each job queued."""
 
     def _start_thread(self, sites) -> None:
@@ -43,7 +47,7 @@ class LayerHandoff:
             for p in ps:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready(layer)))
         self.origin = time.perf_counter()
-        self.events, self.waited = [], 0.0
+        self.events, self.waited, self._step = [], 0.0, -1
         self.error: BaseException | None = None
         self.stopping, self.closed = False, False
         self.jobs: queue.Queue = queue.Queue()
@@ -55,7 +59,9 @@ class LayerHandoff:
         def hook(_p):
             self._left[layer] -= 1
             if self._left[layer] == 0:
-                self.ready_t[layer] = time.perf_counter()
+                now = self.ready_t[layer] = time.perf_counter()
+                if self.stamps is not None:
+                    self.stamps.post(self._step, layer, now)
                 self._event("ready", layer)
                 self.ready[layer].set()
         return hook
@@ -88,6 +94,7 @@ class LayerHandoff:
 
     # -- the communication thread ---------------------------------------------------------
     def _drain(self) -> None:
+        self.thread_rt = self.realtime and realtime.promote()   # the calling thread only
         try:
             while (job := self.jobs.get()) is not None:
                 self._exchange(*job)

@@ -2,21 +2,28 @@
 
 - layers are the modules that own parameters, in the order one traced forward pass first uses
   them (:func:`lab.models.trace_forward`), not registration order; each waits in the pre-hook
-  of the module that uses it (attention reads ``out_proj`` without calling it);
+  of the module that uses it (attention reads ``out_proj`` without calling it); their
+  parameters and gradients are views of one flat buffer each (:mod:`lab.schedule.flat`);
 - backward hands each layer's gradient to communication as soon as it is accumulated
-  (``register_post_accumulate_grad_hook`` on every parameter of the layer);
-- one long-lived thread per rank sends *messages* in an order fixed in advance
+  (``register_post_accumulate_grad_hook``; the layer's last parameter hands it over);
+- one long-lived thread per rank (at real-time priority where the process may set it,
+  :mod:`lab.schedule.realtime`) sends *messages* in an order fixed in advance
   (:mod:`lab.schedule.plan`: the same on every rank; adjacent small units coalesced) through
-  the aggregator; it never sleeps on the emulated link: its
-  :class:`~lab.comm.network.LinkClock` books each message at its own time and says when the
-  link would have delivered it;
-- the messages' real bytes travel in *real calls* (``calls``): on an emulated link, one call
-  per step once backward is done (``"step"``): the link's timeline is the clock's, the next
-  forward needs none of the bytes before backward ends, and on a CPU whose ranks share its
-  cores a real call is a rendezvous of every rank's thread that costs more than the bytes
-  (measured in Part 7.2: VGG-like, 2 ranks, 1 Gb/s, 0.90x sync with calls as planned, 1.14x
-  with one); on a real network (no emulated link) the calls follow the plan
-  (``"plan"``, :func:`lab.schedule.plan.batches`), so the real bytes overlap backward;
+  the aggregator; up to ``in_flight`` messages (2 by default) share the link, the next one's
+  latency overlapping the bytes of those before it;
+- on an emulated link the thread never sleeps: it books every message, in the plan's order, on
+  a virtual :class:`~lab.comm.network.LinkClock`, starting when the *last* rank had its layers
+  ready (:mod:`lab.schedule.stamps`), as a real link would, and the messages' real bytes travel
+  in *real calls* (``calls``): by default (``"head"``) two per step once backward is done,
+  first the messages of the first layers (those the next forward needs first: a few kB), then
+  the rest; ``"step"``: one. On a CPU whose ranks share its cores a real call is a rendezvous
+  of every rank's thread that costs more than its bytes (measured in Part 7.2), so the real
+  bytes do not follow the plan during backward; the head call brings layer 0 back a millisecond
+  or two after the last rank's backward (2 ranks), where one call for the whole model took
+  5-12 ms;
+- on a kernel link (:mod:`lab.comm.kernel`) each message is a real call, so its bytes take the
+  wire when the plan says and in its order; on a real network (no emulated link) the calls
+  follow the plan (``"plan"``, :func:`lab.schedule.plan.batches`);
 - when a layer's last unit is back the thread applies that layer's optimizer step, and the
   layer is available at ``max(link delivery + update time, now)``;
 - the next forward waits per layer (a forward pre-hook), sleeping only until that time, so
@@ -24,17 +31,11 @@
 
 The main thread's time spent waiting is the *exposed* communication (``StepResult.comm_s``);
 the link's busy time not waited for is *overlapped* (series ``overlapped_comm_s``); the thread's
-wall time in real calls (including waiting for the other ranks' threads) and updates is the
-series ``thread_s``; ``messages`` and ``calls`` count the link's messages and the real calls
-per step. Every byte still goes through
-``lab.comm`` and lands in the ledger; records carry the step whose gradient they carry. An
-exception in the thread wakes the main thread, which re-raises it, so a failing rank still ends
-the launch with its traceback.
-
-Here: the plan, the step, the exchange and the per-layer update (:class:`Overlap`). The layer
-order comes from :mod:`lab.schedule.layers` (:func:`traced_layers`, re-exported here); the
-events, hooks and thread that hand layers between the main and communication threads are in
-:mod:`lab.schedule.handoff`.
+wall time in real calls and updates is the series ``thread_s``; ``messages`` and ``calls``
+count the link's messages and the real calls per step. Every byte goes through ``lab.comm`` and
+lands in the ledger; records carry the step whose gradient they carry. An exception in the
+thread wakes the main thread, which re-raises it. The threads and hooks are in
+:mod:`lab.schedule.handoff`, the layer order in :mod:`lab.schedule.layers`.
 """
 from __future__ import annotations
 
@@ -43,44 +44,55 @@ import time
 
 import torch
 
+from ..argspec import Arg, takes
 from ..comm import CommLedger, Network
 from ..comm.network import LinkClock
 from ..engine import StepResult
+from . import realtime, stamps
 from .base import Schedule
+from .exchange import Exchange
+from .flat import flatten, is_view
 from .handoff import LayerHandoff
-from .layers import traced_layers
-from .plan import (P3_SLICE_SIZE, batches, check_in_flight, check_slice_size, coalesce, issue_order,
-                   make_units)
+from .layers import traced_layers  # noqa: F401  (re-exported: lab.sync.p3_server uses it)
+from .plan import (IN_FLIGHT, P3_SLICE_SIZE, batches, coalesce, head_calls, head_layers,
+                   issue_order, make_units)
 
 # Planning only (never a clock): a loopback link as measured with gloo on a 2-core machine.
 LOOPBACK = Network(latency=3e-4, bandwidth=0.7e9, name="loopback")
+CALLS = ("auto", "head", "step", "message", "plan")
 
 
-class Overlap(LayerHandoff, Schedule):
+@takes(slice_size=Arg(int, ge=1, none=True, help="values per slice (None: whole layers)"),
+       timeline=Arg(bool, help="record each message's times"),
+       in_flight=Arg(int, ge=1, le=1024, help="messages on the wire at once"),
+       coalesce=Arg(int, ge=0, none=True, help="values per message, small units joined "
+                                               "(0: off; None: the slice size)"),
+       calls=Arg(str, choices=CALLS, help="real calls: the first layers' then the rest "
+                                          "(head), one a step, one a message, as planned, or "
+                                          "auto (head on an emulated link, message on a "
+                                          "kernel link, plan without a link)"),
+       head=Arg(int, ge=0, help="values of the first layers the head call carries"),
+       realtime=Arg(bool, help="communication threads at real-time priority where permitted"),
+       flat=Arg(bool, help="parameters and gradients as views of one flat buffer"),
+       arrival=Arg(str, choices=("last", "own"), help="an emulated message starts when the "
+                                                      "last rank (or this one) is ready"))
+class Overlap(Exchange, LayerHandoff, Schedule):
     """Exchange layer by layer during backward; subclasses set ``slice_size`` and ``priority``."""
 
     slice_size: int | None = None   # None: whole layers
     priority: bool = False          # False: backward (FIFO) order; True: forward order first
-    coalesce: int | None = None     # values per message, adjacent small units joined (0: off;
-                                    # None: the slice size, or P3's for whole layers)
-    options = ("in_flight", "timeline", "coalesce", "calls")  # schedule_kw this schedule accepts
-    CALLS = ("auto", "step", "plan")   # real calls: auto = step on an emulated link, else plan
+    options = ("in_flight", "timeline", "coalesce", "calls", "head", "realtime", "flat",
+               "arrival")  # schedule_kw this schedule accepts
+    CALLS = CALLS
 
     @classmethod
-    def check(cls, cfg, workers) -> None:
+    def check_config(cls, cfg) -> None:
+        """Before launch, with the config (the values of ``schedule_kw`` are checked from the
+        declaration): the options this schedule takes, and the schemes it runs with."""
         for k in cfg.schedule_kw:
             if k not in cls.options:
                 raise ValueError(f"schedule_kw {k!r} is not an option of schedule {cls.name!r} "
                                  f"(options: {', '.join(cls.options)})")
-        if "slice_size" in cfg.schedule_kw:
-            check_slice_size(cfg.schedule_kw["slice_size"])
-        if "in_flight" in cfg.schedule_kw:
-            check_in_flight(cfg.schedule_kw["in_flight"])
-        if "coalesce" in cfg.schedule_kw:
-            coalesce([], [], [], [], cfg.schedule_kw["coalesce"])
-        if cfg.schedule_kw.get("calls", "auto") not in cls.CALLS:
-            raise ValueError(f"schedule_kw calls must be one of {cls.CALLS}, got "
-                             f"{cfg.schedule_kw['calls']!r}")
         for arg, value, default in (("averaging", cfg.averaging, "none"), ("attack", cfg.attack, "none"),
                                     ("sync", cfg.sync, "allreduce")):
             if value != default:
@@ -91,35 +103,43 @@ class Overlap(LayerHandoff, Schedule):
                              f"'allreduce' or 'compressed' (a codec), got {cfg.aggregator!r}")
 
     def __init__(self, engine, slice_size: int | None = None, timeline: bool = False,
-                 in_flight: int = 1, coalesce: int | None = None, calls: str = "auto"):
+                 in_flight: int = IN_FLIGHT, coalesce: int | None = None, calls: str = "auto",
+                 head: int = P3_SLICE_SIZE, realtime: bool = True, flat: bool = True,
+                 arrival: str = "last"):
         super().__init__(engine)
         e = engine
-        if calls not in self.CALLS:
-            raise ValueError(f"calls must be one of {self.CALLS}, got {calls!r}")
-        self.calls = calls
+        self.calls, self.realtime = calls, realtime  # types and ranges: checked from the declaration
         if slice_size is not None:
-            check_slice_size(slice_size)
             self.slice_size = slice_size
         # messages up to one slice (whole-layer schedules: up to P3's slice size, like DDP's buckets)
         self.coalesce = coalesce if coalesce is not None else (self.slice_size or P3_SLICE_SIZE)
-        check_in_flight(in_flight)
-        self.in_flight = in_flight
-        self.timeline = bool(timeline)
+        self.in_flight, self.timeline = in_flight, bool(timeline)
         self.layers, sites = self._trace()
         sizes = [sum(p.numel() for p in ps) for _, ps in self.layers]
+        self.flat = flatten(self.layers) if flat else None
         self.units = make_units(sizes, self.slice_size)
+        self._index = {u: i for i, u in enumerate(self.units)}
+        self.n_head = head_layers(sizes, head)
         # one optimizer per layer, so a layer is updated the moment its gradient is back
         opt = e.optimizer
         self.opts = [type(opt)(ps, **opt.defaults) for _, ps in self.layers]
         # the thread's Collective: same group, network and ledger records; its own step
-        # counter; a virtual link clock instead of sleeping
+        # counter; a link clock instead of sleeping (the ledger's modeled time; on a kernel
+        # link also the latency it adds)
         self.comm = copy.copy(e.comm)
         self.comm.ledger = CommLedger(records=e.comm.ledger.records)
         self.comm.clock = LinkClock(in_flight)
+        self._free, self._ends, self._costs = 0.0, [], {}   # the emulated link (exchange.py)
+        self._rate = ("allreduce", 4)      # op and bytes per value of the last real call
         e.aggregator.comm = self.comm
+        emulated = (e.cfg.network is not None or e.cfg.network_schedule is not None) \
+            and e.comm.link == "model"
+        board = stamps.board(e.comm) if arrival == "last" and emulated else None
+        self.stamps = board.channel(len(self.layers)) if board is not None else None
         self.ready_at = self._profile()
         self._plans: dict = {}
-        self.link_busy, self.thread_s = 0.0, 0.0
+        self.link_busy, self.thread_s, self.messages, self.n_calls = 0.0, 0.0, 0, 0
+        self.rt = realtime and realtime_gloo()
         self._start_thread(sites)   # events, hooks, the thread (lab.schedule.handoff)
 
     # -- planning -------------------------------------------------------------------------
@@ -155,6 +175,14 @@ class Overlap(LayerHandoff, Schedule):
         e.comm.allreduce(ready, op="max", tag="plan")
         return ready.tolist()
 
+    def mode(self, network: Network | None) -> str:
+        """How the real bytes travel on ``network``: ``calls``, with ``auto`` resolved."""
+        if self.calls != "auto":
+            return self.calls
+        if network is None:
+            return "plan"
+        return "message" if self.engine.comm.link == "kernel" else "head"
+
     def plan(self, network: Network | None) -> tuple[list[list[int]], list[list[int]]]:
         """On ``network``: the messages (lists of unit indices, in issue order) and the real
         calls that carry them (lists of message indices); cached, the same on every rank."""
@@ -163,13 +191,19 @@ class Overlap(LayerHandoff, Schedule):
             xfer = [net.time("allreduce", 4 * u.numel, p) for u in self.units]
             order = issue_order(self.units, self.ready_at, xfer, self.priority)
             msgs = coalesce(self.units, order, self.ready_at, xfer, self.coalesce)
-            if self.calls == "step" or (self.calls == "auto" and network is not None):
-                self._plans[network] = msgs, [list(range(len(msgs)))]   # one real call
+            mode = self.mode(network)
+            if mode == "step":
+                calls = [list(range(len(msgs)))]
+            elif mode == "message":
+                calls = [[k] for k in range(len(msgs))]
+            elif mode == "head":
+                calls = head_calls(self.units, msgs, self.n_head)
             else:
                 real = [LOOPBACK.time("allreduce", 4 * u.numel, p)
                         - LOOPBACK.time("allreduce", 0, p)
                         for u in self.units]   # bytes only: the call pays one real latency
-                self._plans[network] = msgs, batches(self.units, msgs, self.ready_at, xfer, real)
+                calls = batches(self.units, msgs, self.ready_at, xfer, real)
+            self._plans[network] = msgs, calls
         return self._plans[network]
 
     # -- the step -------------------------------------------------------------------------
@@ -186,7 +220,9 @@ class Overlap(LayerHandoff, Schedule):
             raise FloatingPointError(f"step {step}: loss is {loss.item()} on rank {e.rank} "
                                      f"(lr={e.cfg.lr} too large?)")
         e.optimizer.zero_grad(set_to_none=False)
+        self._keep_views()
         self._left = [len(ps) for _, ps in self.layers]
+        self._step = step
         for r, a in zip(self.ready, self.applied):
             r.clear()
             a.clear()
@@ -204,63 +240,26 @@ class Overlap(LayerHandoff, Schedule):
         exposed = self.waited
         # the previous step's exchange ran during this one: busy link and thread time so far
         info = {"overlapped_comm_s": max(0.0, self.link_busy - busy0 - exposed),
-                "thread_s": self.thread_s - thread0, "messages": len(plan[0]), "calls": len(plan[1])}
+                "thread_s": self.thread_s - thread0,   # the last exchange's messages and calls
+                "messages": self.messages or len(plan[0]), "calls": self.n_calls or len(plan[1])}
         if self.timeline:
             info["events"], self.events = self.events, []
         return StepResult(float(loss.detach()), wall - exposed, exposed, comm_s=exposed,
                           codec_s=0.0, info=info)
 
-    # -- the communication thread ---------------------------------------------------------
-    def _exchange(self, step: int, plan, network) -> None:
-        e, clock = self.engine, self.comm.clock
-        msgs, calls = plan
-        self.comm.ledger.step, self.comm.network = step, network
-        left = [0] * len(self.layers)
-        for u in self.units:
-            left[u.layer] += 1
-        flat: dict = {}
-        for call in calls:
-            units = [self.units[i] for k in call for i in msgs[k]]
-            for u in units:
-                self._until_ready(u.layer)
-                if u.layer not in flat:  # the layer's gradient as one vector
-                    flat[u.layer] = torch.cat([p.grad.reshape(-1) for p in self.layers[u.layer][1]])
-            t0, free = time.perf_counter(), clock.free
-            total = sum(u.numel for u in units)
-            clock.pieces = [(sum(self.units[i].numel for i in msgs[k]) / total,
-                             max(self.ready_t[self.units[i].layer] for i in msgs[k])) for k in call]
-            parts = [flat[u.layer][u.start:u.stop] for u in units]
-            avg = e.aggregator.reduce(parts[0] if len(parts) == 1 else torch.cat(parts),
-                                      (units[0].layer, units[0].start), step)
-            now = time.perf_counter()
-            spans = clock.spans if network is not None else [(t0, now)] * len(call)
-            self.link_busy += max(0.0, spans[-1][1] - max(spans[0][0], free))
-            at = 0
-            for k, (start, end) in zip(call, spans):
-                end = max(end, now)
-                self._event("send", sum(self.units[i].numel for i in msgs[k]),
-                            start - self.origin, end - self.origin)
-                for i in msgs[k]:
-                    u = self.units[i]
-                    flat[u.layer][u.start:u.stop].copy_(avg[at:at + u.numel])
-                    at += u.numel
-                    self._event("comm", u.layer, u.start, start - self.origin, end - self.origin)
-                    left[u.layer] -= 1
-                    if left[u.layer] == 0:
-                        self._apply(u.layer, flat.pop(u.layer), end)
-            self.thread_s += time.perf_counter() - t0
-
-    def _apply(self, layer: int, avg: torch.Tensor, delivered: float) -> None:
-        """The layer's optimizer step on its mean gradient. On the emulated link the update can
-        only start when the bytes are delivered, so the layer is available that much later."""
-        t0 = time.perf_counter()
-        ps = self.layers[layer][1]
-        for p, g in zip(ps, avg.split([p.numel() for p in ps])):
-            p.grad.copy_(g.view_as(p))
-        self.opts[layer].step()
-        now = time.perf_counter()
-        self.avail_t[layer] = max(delivered + (now - t0), now)
-        self.applied[layer].set()
+    def _keep_views(self) -> None:
+        """Gradients stay views of the flat buffer (a caller that set them to None, or swapped
+        them, gets them back in it)."""
+        if self.flat is None:
+            return
+        buf, spans = self.flat
+        for (_, ps), (a, _) in zip(self.layers, spans):
+            for p in ps:
+                if p.grad is None or not is_view(p.grad, buf):
+                    g = buf[a:a + p.numel()].view_as(p)
+                    g.copy_(p.grad) if p.grad is not None else g.zero_()
+                    p.grad = g
+                a += p.numel()
 
     def state_dict(self) -> dict:
         """For a checkpoint (:mod:`lab.state`): waits for the exchange in flight, so the model
@@ -276,3 +275,8 @@ class Overlap(LayerHandoff, Schedule):
         # the original run's profile, so the resumed run issues the same messages (the
         # summation order of a slice over more than two ranks depends on them)
         self.ready_at, self._plans = list(state["ready_at"]), {}
+
+
+def realtime_gloo() -> bool:
+    """gloo's threads at real-time priority (:mod:`lab.schedule.realtime`)."""
+    return realtime.promote_gloo()

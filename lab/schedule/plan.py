@@ -19,6 +19,9 @@ import heapq
 from typing import NamedTuple, Sequence
 
 P3_SLICE_SIZE = 40_000  # values per slice in P3's reference implementation
+#: messages on the wire at once by default: the next one's latency overlaps the bytes of the one
+#: before it, as ps-lite's sender does (it never waits for a reply before sending the next)
+IN_FLIGHT = 2
 
 
 class Unit(NamedTuple):
@@ -137,8 +140,30 @@ def batches(units: Sequence[Unit], msgs: Sequence[Sequence[int]], ready: Sequenc
     return [c[0] for c in calls]
 
 
+def head_layers(sizes: Sequence[int], head: int) -> int:
+    """How many of the first layers (forward order) fit in ``head`` values: the layers the next
+    forward needs first, whose bytes the overlap engine moves in a call of their own (at least
+    layer 0; none if ``head`` is 0)."""
+    n, total = 0, 0
+    for size in sizes:
+        if total + size > head and (n or not head):
+            break
+        total, n = total + size, n + 1
+    return n
+
+
+def head_calls(units: Sequence[Unit], msgs: Sequence[Sequence[int]], n_head: int) -> list[list[int]]:
+    """Real calls for an emulated link: first the messages that carry any of the first
+    ``n_head`` layers, then all the others, each group in the plan's order. The emulated link
+    still carries every message at its own time; only the real bytes of the first layers, which
+    the next forward needs first, no longer wait for the whole model's."""
+    head = [k for k, m in enumerate(msgs) if any(units[i].layer < n_head for i in m)]
+    rest = [k for k in range(len(msgs)) if k not in set(head)]
+    return [c for c in (head, rest) if c]
+
+
 def predict(sizes: Sequence[int], fwd: Sequence[float], ready: Sequence[float], schedule: str,
-            network, world_size: int, slice_size: int | None = None, in_flight: int = 1,
+            network, world_size: int, slice_size: int | None = None, in_flight: int = IN_FLIGHT,
             coalesce_values: int | None = None) -> float:
     """Predicted seconds per step of ``schedule`` for a model with layer ``sizes`` (values, in
     forward order), per-layer forward times ``fwd`` and gradient-ready offsets ``ready``, on

@@ -48,9 +48,10 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..argspec import Arg, takes
 from ..comm import Collective, CommLedger
 from ..schedule.overlap import traced_layers
-from ..schedule.plan import P3_SLICE_SIZE, Unit, check_slice_size, make_units
+from ..schedule.plan import P3_SLICE_SIZE, Unit, make_units
 from .base import register
 from .p3_transport import KEY, KEY_BYTES, _link, _Queue, _Role, _thread, _until  # noqa: F401
 from .server import ServerMode, flat, unflat_into
@@ -75,30 +76,49 @@ def homes(units: list[Unit], sizes: list[int], servers: int, slice_size: int | N
 
 
 @register("p3-ps")
+@takes(servers=Arg(int, ge=1, none=True, help="parameter-server ranks (default 1)"),
+       slice_size=Arg(int, ge=1, none=True, also=(math.inf, "inf"),
+                      help="values per slice (None or inf: whole layers)"),
+       priority=Arg(bool, help="push and pull by priority (P3), else in FIFO order"),
+       colocated=Arg(bool, help="every rank a worker and a server, sharing its link "
+                                "(lab.sync.p3_colocated)"))
 class P3PS(ServerMode):
     """P3 over ``servers`` parameter servers: sliced, placed round-robin, pushed and pulled by
     priority; the next forward waits per layer."""
 
     name = "p3-ps"
 
-    def __init__(self, workers: int, servers: int = 1, slice_size=P3_SLICE_SIZE,
-                 priority: bool = True):
-        if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
-            raise ValueError(f"sync_kw servers must be a positive int, got {servers!r}")
+    def __init__(self, workers: int, servers: int | None = None, slice_size=P3_SLICE_SIZE,
+                 priority: bool = True, colocated: bool = False):
         if slice_size in ("inf", None) or slice_size == math.inf:
             slice_size = None   # whole layers
-        else:
-            try:
-                check_slice_size(slice_size)
-            except ValueError as err:
-                raise ValueError(f"sync_kw {err} (or 'inf': whole layers)") from None
-        if not isinstance(priority, bool):
-            raise ValueError(f"sync_kw priority must be True or False, got {priority!r}")
-        self.n, self.servers = workers, servers
+        if colocated and servers is not None:
+            raise ValueError(f"sync_kw colocated=True makes every rank a server; servers={servers} "
+                             f"cannot be given with it")
+        self.colocated = colocated
+        # lab passes the ranks less one (rank 0 a server); co-located, every rank is both
+        self.n = workers + 1 if colocated else workers
+        self.servers = self.n if colocated else (1 if servers is None else servers)
         self.slice_size, self.priority = slice_size, priority
+
+    def placement(self, sizes: list[int]) -> tuple[list[Unit], list[int]]:
+        """The messages of a step (units of the layers, values per layer ``sizes``) and each
+        one's home server: P3's slices, placed as the authors' KVStore places them."""
+        units = make_units(sizes, self.slice_size)
+        return units, homes(units, sizes, self.servers, self.slice_size)
+
+    @classmethod
+    def batch_ranks(cls, workers: int) -> int:
+        return 1   # each worker takes batch_size // n examples, checked below
 
     @classmethod
     def check(cls, cfg, workers: int) -> None:
+        if cfg.sync_kw.get("colocated"):
+            cls(workers - 1, **cfg.sync_kw)
+            if workers < 2 or cfg.batch_size < workers:
+                raise ValueError(f"sync={cfg.sync!r} co-located needs >= 2 ranks and batch_size >= "
+                                 f"the {workers} workers, got {workers} and {cfg.batch_size}")
+            return
         super().check(cfg, workers)
         s = cls(workers - 1, **cfg.sync_kw).servers
         if workers - s < 1:
@@ -121,15 +141,15 @@ class P3PS(ServerMode):
         x, _ = e.data.batch(0, cfg.batch_size, 0, 1, cfg.seed)
         layers, sites = traced_layers(e.model, x[:8].to(ctx.device), e.params)
         sizes = [sum(p.numel() for p in ps) for _, ps in layers]
-        units = make_units(sizes, mode.slice_size)
-        home = homes(units, sizes, mode.servers, mode.slice_size)
-        role = _Server if ctx.rank < mode.servers else _Worker
+        units, home = mode.placement(sizes)
+        from .p3_colocated import Colocated
+        role = Colocated if mode.colocated else _Server if ctx.rank < mode.servers else _Worker
         log = role(ctx, cfg, e, comm, layers, sites, units, home, mode).run(desc)
         # results bookkeeping after the run (not training traffic, so not in the ledger)
         logs = [None] * ctx.world_size
         dist.all_gather_object(logs, log)
         h = History(cfg.to_dict(), ctx.world_size)
-        ws = [g for g in logs if g["role"] == "worker"]
+        ws = [g for g in logs if g["role"] in ("worker", "both")]
         h.loss = [sum(g["loss"][t] for g in ws) / len(ws) for t in range(cfg.steps)]
         h.compute_s = [sum(g["compute_s"][t] for g in ws) / len(ws) for t in range(cfg.steps)]
         h.comm_s = [sum(g["comm_s"][t] for g in ws) / len(ws) for t in range(cfg.steps)]
@@ -138,6 +158,8 @@ class P3PS(ServerMode):
         for t in range(cfg.steps):
             h.bytes.append(sum(r.bytes for r in recs if r.step == t))
             h.recv_bytes.append(sum(r.recv_bytes for r in recs if r.step == t))
+            h.wire_sent.append(sum(r.wire_sent for r in recs if r.step == t))
+            h.wire_recv.append(sum(r.wire_recv for r in recs if r.step == t))
             h.modeled_comm_s.append(sum(r.modeled for r in recs if r.step == t))
         h.wall_s = max(g["wall_s"] for g in ws)
         s = h.series
@@ -146,7 +168,7 @@ class P3PS(ServerMode):
         # per worker, one row per push: step, key, arrival number in the queue, seconds from
         # the start when queued and when sent, keys left waiting in the queue when it was taken
         s["pushes"] = [g["pushes"] for g in ws]
-        s["keys_by_server"] = [g["keys"] for g in logs if g["role"] == "server"]
+        s["keys_by_server"] = [g["keys"] for g in logs if g["role"] in ("server", "both")]
         if ctx.rank == 0:  # the servers' slices, put together, are the model evaluated
             model = [flat(ps) for _, ps in layers]
             for g in logs:
