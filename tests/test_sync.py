@@ -29,6 +29,14 @@ def test_bsp_through_the_server_equals_the_allreduce_loop_and_ssp0_is_bsp():
     assert bsp.rank_bytes[1:] == [CFG.steps * msg] * 2
 
 
+def test_every_server_mode_runs_on_an_emulated_link():
+    # the workers' sync schedule must not wait for a board the server never joins (a hang)
+    cfgs = [CFG.with_(sync=m, steps=3, eval_every=0, network="1Gbps,0.5ms")
+            for m in ("bsp", "ssp", "asp", "drop")]
+    for h in train_many(cfgs, 3, timeout=60):
+        assert len(h.loss) >= 3
+
+
 def _min_clock_ok(workers, n, s):
     """From the arrival order alone: when worker w pushes its c-th gradient it had been let
     start at clock c - 1, so no other worker may be below c - 1 - s now (clocks only grow)."""

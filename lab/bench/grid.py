@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONVERGENCE = ROOT / "lab" / "advise" / "convergence.json"
 TIMED = ROOT / "book" / "10_choosing" / "grid.json"
 HELDOUT_OUT = ROOT / "book" / "10_choosing" / "heldout.json"
+#: where the :data:`DRAWN` configurations' measurement is stored (``--out-heldout``)
+DRAWN_OUT = ROOT / "book" / "10_choosing" / "heldout_drawn.json"
 PROFILES_OUT = ROOT / "book" / "10_choosing" / "profiles.json"
 LINKS = ("100Mbps,5ms", "1Gbps,1ms", "10Gbps,0.1ms")
 #: Held-out configurations (model, world, link): links and models (the cnn is not in the timed

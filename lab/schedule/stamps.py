@@ -108,7 +108,8 @@ class Channel:
 
     def last(self, seq: int, i: int, wait: float = 0.05) -> float | None:
         """The latest stamp ``i`` of round ``seq`` over every rank; None if a rank has not
-        posted it within ``wait`` seconds (a caller then uses its own)."""
+        posted it within ``wait`` seconds, or has already overwritten it with a later round's
+        (a caller then uses its own)."""
         deadline, latest, seq = time.perf_counter() + wait, float("-inf"), float(seq + 1)
         for r in range(self.b.world):
             at = self._at(r, i)
@@ -117,7 +118,7 @@ class Channel:
                 if s == seq:
                     latest = max(latest, t)
                     break
-                if time.perf_counter() > deadline:
+                if s > seq or time.perf_counter() > deadline:   # gone (overwritten), or late
                     return None
                 time.sleep(0.0002)
         return latest

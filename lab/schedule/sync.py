@@ -32,7 +32,10 @@ class Sync(Schedule):
         emulated = (e.cfg.network is not None or e.cfg.network_schedule is not None) \
             and e.comm.link == "model"
         board = stamps.board(e.comm) if arrival == "last" and emulated else None
-        self.stamps = board.channel(1) if board is not None else None
+        # two slots, used in turn by even and odd steps: a rank that is done with step t may
+        # post step t + 1 before a slower one has read step t (one slot would be overwritten,
+        # and the reader would wait out its timeout for a stamp that is gone)
+        self.stamps = board.channel(2) if board is not None else None
 
     def step(self, step, x, y):
         e = self.engine
@@ -40,7 +43,7 @@ class Sync(Schedule):
         t1 = time.perf_counter()
         mark = e.comm.ledger.mark()
         if self.stamps is not None:
-            self.stamps.post(step, 0, t1)
+            self.stamps.post(step, step % 2, t1)
         grads = [p.grad for p in e.params]
         send = e.averaging is None or e.averaging.exchange_gradients(step)
         if send:  # the honest message (e.g. a worker momentum), which an attack may replace
@@ -67,7 +70,7 @@ class Sync(Schedule):
         communication (the records' and this wait), or None where nothing was emulated."""
         if self.stamps is None or not records or self.engine.comm.network is None:
             return None
-        last = self.stamps.last(step, 0)
+        last = self.stamps.last(step, step % 2)
         now = time.perf_counter()
         in_calls = sum(r.seconds for r in records)
         if last is None or last <= arrived:
