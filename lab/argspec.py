@@ -11,7 +11,7 @@ A class or function declares its arguments with :func:`takes`::
 Every call (``TopK(density=...)``, ``compress.make("topk", ...)``) then checks the arguments it
 is given before the body runs (defaults are the author's and are tested once, not per call);
 ``rule=`` adds a check across arguments (``dim`` divisible by ``heads``). The declaration stays
-on the factory (``ARGS``, ``RULE``), so :meth:`lab.registry.Registry.check_arguments` checks a
+on the factory (``ARGS``, ``RULE``), so ``lab.registry.Registry.check_arguments`` checks a
 keyword dictionary without building anything (an aggregator's ``aggregator_kw`` when a
 ``TrainConfig`` is made, before any process starts), and :func:`setting` declares a config's
 field the same way. The command line's number types (``lab.cli.args.integer``, ``number``)
@@ -37,7 +37,7 @@ import numbers
 class ArgumentError(ValueError):
     """An argument out of its range or not among its choices. ``owner``, ``name``, ``value``
     and ``accepted`` (what it takes, in words) are kept as attributes. Given a message alone,
-    it is that message (:func:`within`)."""
+    it is that message (``within``)."""
 
     def __init__(self, owner: str, name: str | None = None, value=None, accepted: str = "",
                  shown: str | None = None):
@@ -297,7 +297,7 @@ def declared(factory) -> dict:
 def check_kwargs(factory, kwargs: dict, owner: str | None = None) -> None:
     """Check the values of ``kwargs`` against ``factory``'s declaration, and its rule with the
     defaults filled in, without calling it (names are the caller's to check:
-    :meth:`lab.registry.Registry.check_arguments`)."""
+    ``lab.registry.Registry.check_arguments``)."""
     owner = owner or owner_of(factory)
     args = declared(factory)
     for name, value in kwargs.items():
@@ -319,7 +319,7 @@ def check_kwargs(factory, kwargs: dict, owner: str | None = None) -> None:
 # -- configs: a dataclass field with its declaration --------------------------------------------
 def setting(default, arg: Arg, **kw) -> dataclasses.Field:
     """A dataclass field with its :class:`Arg` (``lr: float = setting(0.1, Arg(float, gt=0))``):
-    :func:`check_settings` checks every such field of a config. A dict or list default is
+    ``check_settings`` checks every such field of a config. A dict or list default is
     copied for each instance."""
     meta = {"arg": arg}
     if isinstance(default, (dict, list, set)):

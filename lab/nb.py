@@ -74,7 +74,7 @@ def claim(key: str, *, check: bool = True, verdict: str | None = None, why: str 
     the chapter relies on beyond the verdict (an ``AssertionError`` naming the claim if false).
 
     The record is displayed as part of the cell's output: markdown for the reader, the record
-    itself in the output's metadata (under :data:`CLAIM_KEY`) for ``tools/claims_page.py``, so
+    itself in the output's metadata (under ``CLAIM_KEY``) for ``tools/claims_page.py``, so
     the scorecard page is built from the notebooks' stored outputs and cannot disagree with them.
     ``verdict=`` (a typed verdict, with ``paper``, ``claimed``, ``measured`` and ``why``) is the
     old form, kept while chapters move to computed verdicts; the book's tests refuse it.

@@ -19,7 +19,7 @@ times ``params`` is the codec time per step; the per-value figure is measured on
 and cached beside the profiles.
 
 The parameter server's own work per gradient (sum, check, copy into the gradients, SGD with
-momentum, the reply's flattening: :meth:`lab.sync.server.Server.apply` and its reply) is
+momentum, the reply's flattening: ``lab.sync.server.Server.apply`` and its reply) is
 timed the same way, per value.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ Every collective the book uses (allreduce, allgather, broadcast, reduce-scatter,
 The links have no latency of their own here (latency 0: the kernel cannot delay, and the model
 would add its alpha on top), so ``kernel / model`` is the bandwidth term against TCP, gloo's
 algorithm and the shaper; alpha and beta are then fitted from the kernel runs of each link
-(:meth:`lab.comm.cost.AlphaBeta.fit`) from the sizes of 1 MB and more: below a few times the
+(``lab.comm.cost.AlphaBeta.fit``) from the sizes of 1 MB and more: below a few times the
 shaper's burst (64 KiB and up) the first bytes pass at memory speed, which no alpha-beta line
 describes. Each kernel row also gives the bytes rank 0's NIC sent
 and received by the kernel's own counters beside what the ledger books on the wire

@@ -6,7 +6,7 @@ with status 2. Names are checked against every registry of the library, so a mis
 a did-you-mean and a name of another kind gets a pointer to the flag that takes it
 (``--aggregator atomo``: atomo is a compressor, use ``--compressor atomo``); numbers say their
 range. Numbers are read by :meth:`lab.argspec.Arg.parse`, the declaration the Python API checks
-too (:func:`arg_type` makes a flag's type of any declaration, e.g. a ``TrainConfig`` field's:
+too (``arg_type`` makes a flag's type of any declaration, e.g. a ``TrainConfig`` field's:
 ``arg_type(settings(TrainConfig)["lr"])``), and ``K=V`` values are checked by the library
 against the named scheme's declaration when the config is made.
 """

@@ -26,7 +26,7 @@ from .network import LinkClock, Network
 
 LINKS = ("model", "kernel")
 #: what a Collective made without ``link=`` uses: a rank on a kernel link sets it once, at its
-#: start (:func:`use_link`), so every Collective its code makes is on that link
+#: start (``use_link``), so every Collective its code makes is on that link
 _DEFAULT = {"link": "model", "reshape": None}
 
 
@@ -53,7 +53,7 @@ class Collective:
     ``group``: the process group (``None``: the default group); ``ledger``: where records go
     (a new :class:`CommLedger` if ``None``); ``network``: an emulated link (a :class:`Network`,
     or the name of one of :data:`~lab.comm.network.PRESETS`) that every call is slowed to.
-    ``link``: ``None`` (this process's default, :func:`use_link`), ``"model"`` (that emulation: a call lasts at least its alpha-beta time) or
+    ``link``: ``None`` (this process's default, ``use_link``), ``"model"`` (that emulation: a call lasts at least its alpha-beta time) or
     ``"kernel"`` (the ranks sit on a kernel link, :mod:`lab.comm.kernel`, that carries the bytes
     at the network's rate for real: a call adds only the model's latency term, which the kernel
     cannot delay); ``reshape`` (kernel links) is called with a new network when ``network`` is

@@ -16,7 +16,7 @@ the queue holds 50 ms of the rate.
 
 Every address and route lives inside the namespaces this module creates, under names
 ``labk<pid>x<n>-<rank>`` and ``-sw``; the host's own interfaces are never touched. A cluster is
-torn down by :meth:`KernelCluster.down` (``with`` does it), and namespaces left by a process
+torn down by ``KernelCluster.down`` (``with`` does it), and namespaces left by a process
 that died are removed by the next cluster (:func:`remove_stale`). Needs Linux, root (or
 CAP_NET_ADMIN and CAP_SYS_ADMIN), ``ip`` and ``tc``: :func:`unavailable` says why not.
 """

@@ -36,7 +36,7 @@ class PipelineConfig:
     """One pipeline-parallel run: model and data, ``stages`` x ``replicas`` ranks, the
     schedule (GPipe, 1F1B, asynchronous), micro-batches, steps and the network. Checked when
     built, before any process starts: every field from its declaration (the line that defines
-    it), then :data:`RULES` across fields."""
+    it), then ``RULES`` across fields."""
 
     model: str = setting("gpt", Arg(str, choices=models.names))
     data: str = setting("text", Arg(str, choices=data_mod.names))

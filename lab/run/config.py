@@ -24,7 +24,7 @@ class TrainConfig:
 
     Every field is declared with its :class:`~lab.argspec.Arg` (type, range or choices) in the
     line that defines it, and checked from there; each ``*_kw`` is checked against the named
-    scheme's own declaration; :data:`RULES` check what spans fields (a model that fits the
+    scheme's own declaration; ``RULES`` check what spans fields (a model that fits the
     data, a batch the data set holds, an attack's knowledge and its count...). A new field is
     one line: ``link: str = setting("model", Arg(str, choices=("model", "kernel")))``."""
 

@@ -12,8 +12,8 @@ rank:
   :class:`Diverged` on that rank, naming it, instead of every rank's model turning NaN and a
   peer reporting its loss a step later. A Byzantine rank's message is not checked when the
   aggregator is a robust rule, which drops non-finite vectors by design
-  (:mod:`lab.aggregate.robust`). Under the ``sync`` schedule the check wraps the attack's
-  :meth:`~lab.attack.base.Attack.on_gradient` (what the rank sends, attack or not); the
+  (``lab.aggregate.robust``). Under the ``sync`` schedule the check wraps the attack's
+  ``on_gradient`` (what the rank sends, attack or not); the
   overlapping schedules, which send each layer from backward, check each parameter's
   gradient in a hook that runs before theirs.
 
