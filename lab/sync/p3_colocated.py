@@ -18,13 +18,11 @@ import time
 
 import torch
 
-from .p3_transport import KEY, _Role, _thread
+from .p3_transport import KEY, _Gated, _Role, _thread
 from .server import flat, unflat_into
 
-_POLL = 0.05
 
-
-class Colocated(_Role):
+class Colocated(_Gated, _Role):
     """A worker and a server in one rank (see the module's doc)."""
 
     def run(self, desc: str) -> dict:
@@ -101,20 +99,6 @@ class Colocated(_Role):
                 for k in self.of_layer[layer]:
                     self.sendq.put(k, ("push", k, self.step, now, self.home[k]))
         return hook
-
-    def _before(self, layers):
-        def hook(_module, _inputs):
-            for layer in layers:
-                self._wait(layer)
-        return hook
-
-    def _wait(self, layer: int) -> None:
-        t0 = time.perf_counter()
-        while not self.avail[layer].wait(_POLL):
-            if self.errors:
-                break
-        self._raise()
-        self.waited += time.perf_counter() - t0
 
     # -- the server part (sender or receiver thread) --------------------------------------
     def _push_in(self, k: int, w: int, step: int, value: torch.Tensor, at: float) -> None:

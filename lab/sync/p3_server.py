@@ -53,10 +53,9 @@ from ..comm import Collective, CommLedger
 from ..schedule.overlap import traced_layers
 from ..schedule.plan import P3_SLICE_SIZE, Unit, make_units
 from .base import register
-from .p3_transport import KEY, KEY_BYTES, _link, _Queue, _Role, _thread, _until  # noqa: F401
+from .p3_transport import KEY, KEY_BYTES, _Gated, _link, _Queue, _Role, _thread, _until  # noqa: F401
 from .server import ServerMode, flat, unflat_into
 
-_POLL = 0.05         # seconds between checks for a failed thread while waiting
 _HASH = 9973         # the authors' placement of a small layer: key * 9973 mod S
 
 
@@ -235,7 +234,7 @@ class _Server(_Role):
             self.up_key.send(torch.tensor([-1.0, -1.0, 0.0], dtype=torch.float64), w, tag="stop")
 
 
-class _Worker(_Role):
+class _Worker(_Gated, _Role):
     """Computes; pushes slices by priority on one thread, pulls them on another."""
 
     def run(self, desc: str) -> dict:
@@ -302,20 +301,6 @@ class _Worker(_Role):
                 for k in self.of_layer[layer]:
                     self.sendq.put(k, (k, self.step, now))
         return hook
-
-    def _before(self, layers):
-        def hook(_module, _inputs):
-            for l in layers:
-                self._wait(l)
-        return hook
-
-    def _wait(self, layer: int) -> None:
-        t0 = time.perf_counter()
-        while not self.avail[layer].wait(_POLL):
-            if self.errors:
-                break
-        self._raise()
-        self.waited += time.perf_counter() - t0
 
     # -- the two threads ------------------------------------------------------------------
     def _pushing(self) -> None:

@@ -80,6 +80,28 @@ def _thread(target, errors: list, on_error=None) -> threading.Thread:
     return t
 
 
+POLL = 0.05   # seconds between checks for a failed thread while a forward waits for a layer
+
+
+class _Gated:
+    """A worker's forward hooks: a layer's forward waits until its updated parameters are in
+    (``self.avail[layer]``), checking every :data:`POLL` seconds for a failed thread."""
+
+    def _before(self, layers):
+        def hook(_module, _inputs):
+            for layer in layers:
+                self._wait(layer)
+        return hook
+
+    def _wait(self, layer: int) -> None:
+        t0 = time.perf_counter()
+        while not self.avail[layer].wait(POLL):
+            if self.errors:
+                break
+        self._raise()
+        self.waited += time.perf_counter() - t0
+
+
 class _Role:
     def __init__(self, ctx, cfg, e, comm, layers, sites, units, home, mode):
         self.ctx, self.cfg, self.e, self.layers, self.sites = ctx, cfg, e, layers, sites
