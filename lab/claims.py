@@ -122,3 +122,51 @@ def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, i
             "verdict": v, "why": why, "measured": measured, "substrate": substrate,
             "size": {"runs": runs, "seeds": seeds, "steps": steps}, "bytes": bytes,
             "margin": margin, "target": bool(target), "min_seeds": min_seeds}
+
+
+# -- re-execution: a fresh verdict against the stored one ------------------------------------
+#: substrates whose numbers do not move with the machine: a re-run must give the same verdict
+STEADY = ("ledger", "formula", "Monte Carlo", "stored grid")
+LOG_ENV = "LAB_CLAIM_LOG"  # a folder: lab.nb.claim appends each record it computes there
+
+
+def steps_apart(a: str, b: str) -> int:
+    """How many verdict steps (holds / holds in part / does not hold here) lie between two."""
+    return abs(VERDICTS.index(a) - VERDICTS.index(b))
+
+
+def compare(stored: dict, fresh: dict) -> dict:
+    """One claim re-judged: ``stored`` (the committed notebook's record) against ``fresh`` (the
+    record a re-execution computed). ``outcome`` is ``same``; ``moved`` (one step, on a
+    substrate that moves with the machine's load: reported, allowed); or ``failed`` (a steady
+    substrate's verdict changed, a move of two steps, or a record that changed kind)."""
+    steps = steps_apart(stored["verdict"], fresh["verdict"])
+    steady = stored.get("substrate") in STEADY or fresh.get("substrate") in STEADY
+    if steps == 0:
+        outcome = "same"
+    elif steps == 1 and not steady:
+        outcome = "moved"
+    else:
+        outcome = "failed"
+    return {"key": fresh["key"], "outcome": outcome, "steps": steps, "steady": steady,
+            "stored": {k: stored.get(k) for k in ("verdict", "value", "substrate")},
+            "fresh": {k: fresh.get(k) for k in ("verdict", "value", "substrate")}}
+
+
+def log(rec: dict) -> None:
+    """Append ``rec`` to the folder ``$LAB_CLAIM_LOG`` names (one file per process), if set."""
+    import json
+    import os
+    folder = os.environ.get(LOG_ENV)
+    if not folder:
+        return
+    with open(os.path.join(folder, f"claims-{os.getpid()}.jsonl"), "a", encoding="utf8") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def logged(folder) -> list[dict]:
+    """Every record in a ``$LAB_CLAIM_LOG`` folder."""
+    import json
+    import pathlib
+    return [json.loads(line) for p in sorted(pathlib.Path(folder).glob("claims-*.jsonl"))
+            for line in p.read_text(encoding="utf8").splitlines() if line.strip()]

@@ -183,20 +183,35 @@ def test_train_records_the_overlap_split_and_a_timeline():
 
 
 def test_an_emulated_link_takes_a_head_call_and_one_more_a_real_one_follows_the_plan():
-    # same messages on the link, same model; only how the real bytes travel differs
-    kw = {"slice_size": 1500, "head": 500}   # the three conv layers (484 values) are the head
+    # same messages on the link, same model; only how the real bytes travel differs. The plan's
+    # grouping reads the layers' ready times, so they are given (forward order, 0.5 s apart:
+    # backward readies the last layer first), not measured: the decision under test is then a
+    # function of its inputs, not of the machine's load at the time of the profile.
+    spread = (2.5, 2.0, 1.5, 1.0, 0.5, 0.0)           # the VGG-like model's six layers
+    kw = {"slice_size": 1500, "head": 500, "ready_at": spread}   # the conv layers are the head
+    at_once = {**kw, "calls": "plan", "ready_at": (0.0,) * 6}
     runs = {"auto, link": _cfg("p3", network="1Gbps", schedule_kw=kw),
             "step, link": _cfg("p3", network="1Gbps", schedule_kw={**kw, "calls": "step"}),
             "plan, link": _cfg("p3", network="1Gbps", schedule_kw={**kw, "calls": "plan"}),
+            "plan, link, ready at once": _cfg("p3", network="1Gbps", schedule_kw=at_once),
             "auto, loopback": _cfg("p3", schedule_kw=kw),
             "step, loopback": _cfg("p3", schedule_kw={**kw, "calls": "step"})}
     hs = dict(zip(runs, loop.train_many(list(runs.values()), 2, progress=False)))
     calls = {k: h.series["calls"][-1] for k, h in hs.items()}
     msgs = {k: h.series["messages"][-1] for k, h in hs.items()}
     assert calls["auto, link"] == 2 and calls["step, link"] == calls["step, loopback"] == 1
-    assert calls["plan, link"] > 1 and calls["auto, loopback"] > 1
+    # layers half a second apart: no call may wait for the next layer, so each layer's
+    # messages travel in calls of their own; ready at once, they may share calls
+    assert calls["plan, link"] >= 6 and calls["auto, loopback"] >= 6
+    assert calls["plan, link, ready at once"] < calls["plan, link"]
     assert all(msgs[k] > 1 for k in msgs)              # the link still sees every message
     assert len({h.loss[-1] for h in hs.values()}) == 1                   # 2 ranks: bitwise
+
+
+def test_a_given_profile_must_name_every_layer():
+    with pytest.raises(LaunchError, match="ready_at must give one time per layer"):
+        loop.train_many([_cfg("p3", schedule_kw={"slice_size": 1500, "ready_at": (1.0, 0.0)})],
+                        2, progress=False)
 
 
 def test_layer_times_reads_forward_and_ready_offsets_from_a_timeline():

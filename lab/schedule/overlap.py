@@ -75,14 +75,17 @@ CALLS = ("auto", "head", "step", "message", "plan")
        realtime=Arg(bool, help="communication threads at real-time priority where permitted"),
        flat=Arg(bool, help="parameters and gradients as views of one flat buffer"),
        arrival=Arg(str, choices=("last", "own"), help="an emulated message starts when the "
-                                                      "last rank (or this one) is ready"))
+                                                      "last rank (or this one) is ready"),
+       ready_at=Arg(tuple, none=True, of=Arg(float, ge=0),
+                    help="seconds after backward starts at which each layer's gradient is "
+                         "ready, forward order (None: measured in one profiled backward)"))
 class Overlap(Exchange, LayerHandoff, Schedule):
     """Exchange layer by layer during backward; subclasses set ``slice_size`` and ``priority``."""
 
     slice_size: int | None = None   # None: whole layers
     priority: bool = False          # False: backward (FIFO) order; True: forward order first
     options = ("in_flight", "timeline", "coalesce", "calls", "head", "realtime", "flat",
-               "arrival")  # schedule_kw this schedule accepts
+               "arrival", "ready_at")  # schedule_kw this schedule accepts
     CALLS = CALLS
 
     @classmethod
@@ -105,7 +108,7 @@ class Overlap(Exchange, LayerHandoff, Schedule):
     def __init__(self, engine, slice_size: int | None = None, timeline: bool = False,
                  in_flight: int = IN_FLIGHT, coalesce: int | None = None, calls: str = "auto",
                  head: int = P3_SLICE_SIZE, realtime: bool = True, flat: bool = True,
-                 arrival: str = "last"):
+                 arrival: str = "last", ready_at: tuple | None = None):
         super().__init__(engine)
         e = engine
         self.calls, self.realtime = calls, realtime  # types and ranges: checked from the declaration
@@ -136,7 +139,11 @@ class Overlap(Exchange, LayerHandoff, Schedule):
             and e.comm.link == "model"
         board = stamps.board(e.comm) if arrival == "last" and emulated else None
         self.stamps = board.channel(len(self.layers)) if board is not None else None
-        self.ready_at = self._profile()
+        if ready_at is not None and len(ready_at) != len(self.layers):
+            raise ValueError(f"ready_at must give one time per layer ({len(self.layers)}), "
+                             f"got {len(ready_at)}")
+        # a given profile makes the plan a function of the arguments alone (tests, replays)
+        self.ready_at = [float(t) for t in ready_at] if ready_at is not None else self._profile()
         self._plans: dict = {}
         self.link_busy, self.thread_s, self.messages, self.n_calls = 0.0, 0.0, 0, 0
         self.rt = realtime and realtime_gloo()
