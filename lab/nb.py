@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, replace
 
 from . import claims
-from .claims import VERDICTS
+from .claims import VERDICTS  # noqa: F401  (re-exported: tools/claims_page.py)
 from .runtime.context import DEVICES
 
 
@@ -61,8 +61,7 @@ def show_source(obj) -> None:
 CLAIM_KEY = "lab_claim"  # where a claim record sits in its output's metadata
 
 
-def claim(key: str, *, check: bool = True, verdict: str | None = None, why: str = "",
-          **declared) -> dict:
+def claim(key: str, *, check: bool = True, **declared) -> dict:
     """Record one paper claim tested by this chapter, its verdict computed, and assert the
     measured facts behind it; returns the record.
 
@@ -76,13 +75,12 @@ def claim(key: str, *, check: bool = True, verdict: str | None = None, why: str 
     The record is displayed as part of the cell's output: markdown for the reader, the record
     itself in the output's metadata (under ``CLAIM_KEY``) for ``tools/claims_page.py``, so
     the scorecard page is built from the notebooks' stored outputs and cannot disagree with them.
-    ``verdict=`` (a typed verdict, with ``paper``, ``claimed``, ``measured`` and ``why``) is the
-    old form, kept while chapters move to computed verdicts; the book's tests refuse it.
+    A verdict is never typed: there is no ``verdict=`` (the old form is gone).
     """
-    if verdict is not None:
-        rec = _typed(key, verdict, why, **declared)
-    else:
-        rec = claims.record(key, **declared)
+    if "verdict" in declared:
+        raise TypeError(f"claim {key!r}: verdict= is not an argument: the verdict is computed "
+                        f"from the value and the holds/in_part thresholds")
+    rec = claims.record(key, **declared)
     claims.log(rec)   # CI's re-execution compares it with the stored verdict (book/conftest.py)
     if not bool(check):
         raise AssertionError(f"claim {key!r}: the run does not support it "
@@ -115,20 +113,6 @@ def _show(value) -> str:
 
 def _thresholds(spec: dict) -> str:
     return " and ".join(("" if q == "value" else f"{q} ") + f"{op} {b:g}" for q, (op, b) in spec.items())
-
-
-def _typed(key, verdict, why, *, paper, claimed, measured, **_) -> dict:
-    """The old form's record: a typed verdict (being retired)."""
-    if verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-    for name, value in (("key", key), ("paper", paper), ("claimed", claimed),
-                        ("measured", measured)):
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    if verdict != "holds" and not why.strip():
-        raise ValueError(f"why must say why claim {key!r} {verdict}")
-    return {"key": key, "paper": paper, "claimed": claimed, "measured": measured,
-            "verdict": verdict, "why": why}
 
 
 def run(nb, directory, timeout: int = 300, on_cell=None) -> None:

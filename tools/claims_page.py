@@ -23,6 +23,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "book" / "claims.md"
+# every recorded re-execution of the notebooks, with the claims whose verdict moved
+# (pytest --nbval-lax book --claim-moves book/claim_moves.json; book/conftest.py)
+MOVES = ROOT / "book" / "claim_moves.json"
 sys.path.insert(0, str(ROOT))
 from lab.nb import CLAIM_KEY, VERDICTS  # noqa: E402
 
@@ -110,7 +113,31 @@ def _test(r: dict) -> str:
     return text + (f"; in part if {_thresholds(r['in_part'])}" if r.get("in_part") else "")
 
 
-def _card(c: Claim) -> list[str]:
+def moves() -> dict[str, tuple[int, list[dict]]]:
+    """By claim key: (re-executions recorded that compared it, the moves among them)."""
+    runs = json.loads(MOVES.read_text(encoding="utf8"))["runs"] if MOVES.exists() else []
+    out: dict[str, tuple[int, list[dict]]] = {}
+    for run in runs:
+        for key in run["compared"]:
+            n, ms = out.get(key, (0, []))
+            out[key] = (n + 1, ms + [dict(m, date=run["date"], by=run["by"])
+                                     for m in run["moved"] if m["key"] == key])
+    return out
+
+
+def _moved(key: str, seen: dict) -> str:
+    n, ms = seen.get(key, (0, []))
+    if not n:
+        return ""
+    if not ms:
+        return f"same verdict in {n} recorded re-execution(s)"
+    from lab.nb import _show
+    each = "; ".join(f"{m['date']} ({m['by']}): {m['fresh']['verdict']} at {_show(m['fresh']['value'])}"
+                     for m in ms)
+    return f"moved under load in {len(ms)} of {n} recorded re-execution(s): {each}"
+
+
+def _card(c: Claim, seen: dict | None = None) -> list[str]:
     r = c.record
     sub = r.get("substrate", "typed")
     lines = [f'<div class="claim-card" data-verdict="{r["verdict"]}" data-substrate="{sub}" '
@@ -128,6 +155,8 @@ def _card(c: Claim) -> list[str]:
         lines.append(f"- **Margin:** {_cell(m.get('what', ''))} from {m.get('runs', '?')} runs "
                      f"(spread {m.get('spread', '?')}) on {_cell(m.get('machine', '?'))}, "
                      f"{m.get('date', '?')}" + (f"; earlier: {_cell(hist)}" if hist else ""))
+    if _moved(r["key"], seen or {}):
+        lines.append(f"- **Re-executed:** {_cell(_moved(r['key'], seen))}")
     lines += [f"- **Chapter:** {{doc}}`/{c.docname}`", "", "</div>", ""]
     return lines
 
@@ -152,22 +181,28 @@ def render() -> str:
     claims = [c for c in found if not c.record.get("target")]
     targets = [c for c in found if c.record.get("target")]
     count = {v: sum(c.record["verdict"] == v for c in claims) for v in VERDICTS}
+    seen = moves()
+    moved = ", ".join(f"`{c.record['key']}`" for c in found if seen.get(c.record["key"], (0, []))[1])
+    runs = len(json.loads(MOVES.read_text(encoding="utf8"))["runs"]) if MOVES.exists() else 0
     lines = ["# Claims scorecard", "", INTRO, "",
              f"{len(claims)} paper claims: " + ", ".join(f"{n} {v}" for v, n in count.items())
              + f"; and {len(targets)} of the book's own targets, apart below.", "",
+             f"Re-executed and re-judged {runs} time(s) on record (CI re-judges every claim on "
+             "each run: a steady quantity must keep its verdict, measured time may move one "
+             f"step); moved under load: {moved or 'none'}.", "",
              "## By substrate", "", *_counts(claims),
              '<div id="claim-filters"></div>', ""]
     for caption in dict.fromkeys(c.part for c in claims):
         lines += [f"## {caption}", ""]
         for c in (c for c in claims if c.part == caption):
-            lines += _card(c)
+            lines += _card(c, seen)
     if targets:
         lines += ["## The book's own targets", "",
                   "Not paper claims: goals the book set itself (the method advisor's accuracy on "
                   "held-out configurations, the map's coverage). They are checked the same way "
                   "and counted apart.", ""]
         for c in targets:
-            lines += _card(c)
+            lines += _card(c, seen)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -7,7 +7,9 @@ is never rewritten. ``--hog`` starts one process that spins on a core for the wh
 machine with one core busy), so a claim that only holds on an idle machine shows up here before
 it shows up in someone else's CI. Paths default to every notebook under ``book/``; a folder
 stands for the notebooks under it. The table lists notebook x run: ``ok (seconds)``, or the
-failing cell and the assertion it stopped on. A cell that runs past ``--timeout``, or a kernel
+failing cell and the assertion it stopped on; every claim is re-judged against its stored
+verdict as CI does (``book/conftest.py``): a failed comparison fails the run, a move under load
+is listed. A cell that runs past ``--timeout``, or a kernel
 that dies, is retried once and marked in the table: we have seen a fresh kernel sit idle at its
 first cell, with nothing of the notebook running, and that says nothing about its claims. The
 exit status is the number of failed executions (capped at 100), so a script can tell a clean
@@ -65,28 +67,53 @@ def failure(nb, err: Exception) -> str:
     elif errored:  # a failure before any arrow: show the cell's first assert, if any
         src = nb.cells[errored[0]].source
         line = next((ln.strip() for ln in src.splitlines() if "assert" in ln), "")
-    kind = next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")[:160]
+    kind = next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()),
+                f"{type(err).__name__} (no message)")[:160]
     return f"{where}: {line[:160]} -> {kind}" if line else f"{where}: {kind}"
 
 
 HUNG = "hung: "  # a cell that timed out or a kernel that died: retried once, and reported
 
 
-def run_one(path: pathlib.Path, timeout: int) -> tuple[bool, float, str]:
-    """Execute one notebook in memory; (passed, seconds, failure text)."""
+def rejudged(stored_nb, log: str) -> list[dict]:
+    """Each claim the run logged in ``log``, compared with the stored notebook's record
+    (:func:`lab.claims.compare`), as CI compares them (book/conftest.py)."""
+    from lab import claims
+    from lab.nb import CLAIM_KEY
+    stored = {o["metadata"][CLAIM_KEY]["key"]: o["metadata"][CLAIM_KEY]
+              for c in stored_nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if CLAIM_KEY in o.get("metadata", {})}
+    return [claims.compare(stored[r["key"]], r) for r in claims.logged(log) if r["key"] in stored]
+
+
+def run_one(path: pathlib.Path, timeout: int) -> tuple[bool, float, str, list]:
+    """Execute one notebook in memory; (passed, seconds, failure text, claims re-judged). A
+    claim whose verdict fails its comparison with the stored one fails the run."""
+    import os
+    import tempfile
+
     import nbformat
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+    from lab import claims
     from lab.nb import run
+    stored = nbformat.read(path, as_version=4)
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
-    try:
-        run(nb, path.parent, timeout)
-    except (CellTimeoutError, DeadKernelError) as err:  # the kernel, not a claim: see main()
-        return False, time.perf_counter() - t0, f"{HUNG}{failure(nb, err)}"
-    except Exception as err:  # noqa: BLE001 - any failure of the notebook is a result here
-        return False, time.perf_counter() - t0, failure(nb, err)
-    return True, time.perf_counter() - t0, ""
+    with tempfile.TemporaryDirectory(prefix="lab-claims-") as log:
+        os.environ[claims.LOG_ENV] = log       # the kernel inherits it
+        try:
+            run(nb, path.parent, timeout)
+        except (CellTimeoutError, DeadKernelError) as err:  # the kernel, not a claim: see main()
+            return False, time.perf_counter() - t0, f"{HUNG}{failure(nb, err)}", []
+        except Exception as err:  # noqa: BLE001 - any failure of the notebook is a result here
+            return False, time.perf_counter() - t0, failure(nb, err), rejudged(stored, log)
+        finally:
+            os.environ.pop(claims.LOG_ENV, None)
+        judged = rejudged(stored, log)
+    bad = [f"claim {r['key']} {r['stored']['verdict']} -> {r['fresh']['verdict']}"
+           for r in judged if r["outcome"] == "failed"]
+    return not bad, time.perf_counter() - t0, "; ".join(bad), judged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,12 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for run in range(a.runs):
             for p, key in zip(nbs, results):
-                ok, secs, why = run_one(p.resolve(), a.timeout)
+                ok, secs, why, judged = run_one(p.resolve(), a.timeout)
                 retried = ""
                 if why.startswith(HUNG):  # a hung kernel says nothing about the notebook's claims
-                    retried, (ok, secs, why) = why, run_one(p.resolve(), a.timeout)
+                    retried, (ok, secs, why, judged) = why, run_one(p.resolve(), a.timeout)
+                moved = [f"{r['key']} {r['stored']['verdict']} -> {r['fresh']['verdict']}"
+                         for r in judged if r["outcome"] == "moved"]
                 results[key].append({"ok": ok, "s": round(secs, 1), "failure": why,
-                                     "retried_after": retried})
+                                     "retried_after": retried, "moved": moved})
                 print(f"run {run + 1}/{a.runs} {key}: " + (f"ok {secs:.0f} s" if ok else f"FAILED {why}"),
                       file=sys.stderr, flush=True)
     finally:
@@ -127,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---|" * a.runs)
     for key, rs in results.items():
         cells = [(f"ok ({r['s']:.0f} s)" if r["ok"] else "**FAIL** " + r["failure"].replace("|", "/"))
-                 + (" (retried: the first try hung)" if r.get("retried_after") else "") for r in rs]
+                 + (" (retried: the first try hung)" if r.get("retried_after") else "")
+                 + "".join(f"; moved under load: {m}" for m in r.get("moved", [])) for r in rs]
         print(f"| {key} | " + " | ".join(cells) + " |")
     total = len(nbs) * a.runs
     hung = sum(bool(r.get("retried_after")) for rs in results.values() for r in rs)
