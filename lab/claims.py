@@ -1,4 +1,9 @@
-"""Paper claims checked by the book: a verdict computed from thresholds declared before the runs.
+"""Paper claims checked by the book: a verdict computed from declared thresholds.
+
+The thresholds a chapter declares here were, for the book's first 45 claims, written when its
+results were already stored (issue 48). Each claim's rule is now registered in ``book/claims.toml``
+and decided by :mod:`lab.rules`; a chapter moves from its own thresholds to its registered rule
+with its chapter's issue, before the re-run that judges it.
 
 A chapter that tests a paper's claim declares, in the cell that asserts it, the *quantity* it
 measures, the thresholds that make the claim **hold** or **hold in part** (anything else: it
@@ -85,7 +90,7 @@ def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, i
            margin: dict | None = None, target: bool = False, min_seeds: int = 1) -> dict:
     """A claim's record, its verdict computed (module docstring). ``measured`` says in words
     what the runs measured (built from their numbers); ``why_part``/``why_not`` why the claim
-    would hold only in part / not here, written with the thresholds, before the runs; the one
+    would hold only in part / not here, written with the thresholds; the one
     the computed verdict needs must be given. ``margin``: where a threshold's margin came
     from (``spread``, ``runs``, ``machine``, ``date``, and ``history``: earlier values with
     why they changed). ``target``: one of the book's own targets, not a paper's claim.

@@ -1,0 +1,193 @@
+"""The claims registry's decision rules: one rule per kind of claim, fixed before any run.
+
+The registry (``book/claims.toml``, read by :func:`registry`) gives each claim a *kind* and the
+kind's parameters; the runs give the numbers; a function here gives the verdict (one of
+:data:`lab.claims.VERDICTS`) and the interval it rests on. No chapter declares a rule of its own.
+
+- **ratio** (a speedup, a byte or time reduction, "A beats B"; always baseline over method, so
+  above 1 is the claimed direction): the median of at least :data:`MIN_ROUNDS` interleaved rounds
+  (:data:`MIN_ROUNDS_SMALL` where the registered effect ``T`` is below 1.10) and its 95% interval
+  from order statistics (the binomial interval for a median, :func:`median_interval`). **holds**
+  if the interval's low end is at least ``T``; **holds in part** if it is above 1 but below
+  ``T``; else **does not hold here**, a *loss* if the high end is below 1, else *inconclusive*.
+- **parity** ("no worse than", "matches accuracy"): the gap to the baseline (positive: the
+  method is worse) over at least :data:`MIN_SEEDS` seeds, with its 95% Student-t interval.
+  **holds** if the interval's upper end is within the tolerance; **holds in part** if the mean
+  is; else **does not hold here**.
+- **bound** (a variance bound, unbiasedness, an identity): a Monte Carlo or exact estimate with
+  its standard error against the bound, ``<=`` or ``>=``. **holds** if the bound holds at the
+  far 95% end (estimate + 1.96 se for ``<=``), **does not hold here** if it fails at the near
+  end, else **holds in part**.
+- **deterministic** (ledger bytes, a modeled clock, a formula: a quantity that does not vary
+  between runs): one run; ``holds`` thresholds, and optionally ``in_part`` ones, as
+  :func:`lab.claims.verdict` judges them.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from .claims import VERDICTS, _OPS, verdict
+
+KINDS = ("ratio", "parity", "bound", "deterministic")
+MIN_ROUNDS, MIN_ROUNDS_SMALL, MIN_SEEDS = 9, 25, 3
+LEVEL = 0.95
+Z = 1.959963984540054  # the normal 97.5% quantile
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A verdict with what it rests on: the point estimate, its interval, the sample size and,
+    for a ratio that does not hold, whether it is a loss or inconclusive."""
+    verdict: str
+    estimate: float
+    low: float
+    high: float
+    n: int
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _finite(name: str, xs) -> list[float]:
+    vals = [float(x) for x in xs]
+    bad = [x for x in vals if not math.isfinite(x)]
+    if bad:
+        raise ValueError(f"{name} must be finite numbers, got {bad[:3]}")
+    return vals
+
+
+def median_interval(xs, level: float = LEVEL) -> tuple[float, float, float]:
+    """(median, low, high): the order statistics x_(j) and x_(n+1-j) with j the largest index
+    whose binomial(n, 1/2) tail P(B <= j - 1) is at most (1 - level) / 2; coverage at least
+    ``level`` (at n = 9: x_(2) and x_(8), 96.1%)."""
+    vals = sorted(_finite("rounds", xs))
+    n = len(vals)
+    j = _order_index(n, level)
+    if j == 0:
+        raise ValueError(f"a {level:.0%} interval for a median needs at least 6 rounds, got {n}")
+    return statistics.median(vals), vals[j - 1], vals[n - j]
+
+
+@functools.lru_cache(maxsize=None)
+def _order_index(n: int, level: float) -> int:
+    from scipy.stats import binom
+    j = 0
+    while j + 1 <= n and binom.cdf(j, n, 0.5) <= (1 - level) / 2:
+        j += 1
+    return j
+
+
+def ratio(rounds, T: float) -> Judged:
+    """The ratio rule (module docstring) for ``rounds``, each one interleaved round's ratio."""
+    if not (isinstance(T, (int, float)) and T > 1):
+        raise ValueError(f"T (the registered effect) must be a number above 1, got {T!r}")
+    vals = _finite("rounds", rounds)
+    need = MIN_ROUNDS_SMALL if T < 1.10 else MIN_ROUNDS
+    if len(vals) < need:
+        raise ValueError(f"a ratio claim with T = {T:g} needs at least {need} rounds, got {len(vals)}")
+    med, low, high = median_interval(vals)
+    if low >= T:
+        v, note = VERDICTS[0], ""
+    elif low > 1:
+        v, note = VERDICTS[1], f"the interval's low end {low:.4g} is above 1, below T = {T:g}"
+    else:
+        v = VERDICTS[2]
+        note = "a loss: the interval lies below 1" if high < 1 else "inconclusive: the interval contains 1"
+    return Judged(v, med, low, high, len(vals), note)
+
+
+def parity(gaps, tolerance: float) -> Judged:
+    """The parity rule for ``gaps`` (method minus baseline in the bad direction, one a seed)."""
+    from scipy.stats import t
+    if not (isinstance(tolerance, (int, float)) and tolerance > 0):
+        raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
+    vals = _finite("gaps", gaps)
+    if len(vals) < MIN_SEEDS:
+        raise ValueError(f"a parity claim needs at least {MIN_SEEDS} seeds, got {len(vals)}")
+    mean, n = statistics.fmean(vals), len(vals)
+    half = t.ppf(1 - (1 - LEVEL) / 2, n - 1) * statistics.stdev(vals) / math.sqrt(n)
+    low, high = mean - half, mean + half
+    if high <= tolerance:
+        v, note = VERDICTS[0], ""
+    elif mean <= tolerance:
+        v, note = VERDICTS[1], f"the mean gap is within {tolerance:g}, the interval's upper end not"
+    else:
+        v, note = VERDICTS[2], f"the mean gap {mean:.4g} is above the tolerance {tolerance:g}"
+    return Judged(v, mean, low, high, n, note)
+
+
+def bound(estimate: float, se: float, op: str, limit: float) -> Judged:
+    """The bound rule: ``estimate`` (standard error ``se``, 0 for an exact quantity) against
+    ``op limit`` with ``op`` ``<=`` or ``>=``."""
+    est, se = _finite("estimate and se", (estimate, se))
+    if se < 0 or op not in ("<=", ">="):
+        raise ValueError(f"se must be >= 0 and op '<=' or '>=', got se={se!r}, op={op!r}")
+    low, high = est - Z * se, est + Z * se
+    far, near = (high, low) if op == "<=" else (low, high)
+    holds = _OPS[op]
+    if holds(far, limit):
+        v, note = VERDICTS[0], ""
+    elif not holds(near, limit):
+        v, note = VERDICTS[2], f"the bound fails even at the interval's near end ({near:.4g})"
+    else:
+        v, note = VERDICTS[1], f"the bound holds at the estimate, not at the interval's far end ({far:.4g})"
+    return Judged(v, est, low, high, 1, note)
+
+
+def deterministic(value, holds, in_part=None) -> Judged:
+    """A quantity that does not vary between runs: its thresholds, judged once."""
+    v = verdict(value, holds, in_part)
+    x = float(value) if not isinstance(value, dict) else math.nan
+    return Judged(v, x, x, x, 1, "deterministic: one run decides")
+
+
+RULE_FIELDS = ("kind", "T", "holds", "in_part", "tolerance", "op", "limit", "parts")
+_NEED = {"ratio": ("T", "T_source"), "parity": ("tolerance", "tolerance_source"),
+         "bound": ("op", "limit"), "deterministic": ("holds",)}
+
+
+def weakest(verdicts) -> str:
+    """A composite claim's verdict: its weakest part's."""
+    return max(verdicts, key=VERDICTS.index)
+
+
+def rule_of(entry: dict) -> dict:
+    """The fields of an entry that make its rule (a change to any of them needs a history line)."""
+    return {k: entry[k] for k in RULE_FIELDS if k in entry}
+
+
+def _check_rule(where: str, e: dict) -> None:
+    kind = e.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"claims.toml: {where}: kind must be one of {KINDS + ('composite',)}, "
+                         f"got {kind!r}")
+    missing = [p for p in _NEED[kind] if p not in e]
+    if missing:
+        raise ValueError(f"claims.toml: {where} ({kind}) lacks {missing}")
+    if kind == "ratio" and not e["T"] > 1:
+        raise ValueError(f"claims.toml: {where}: T must be above 1, got {e['T']!r}")
+
+
+def registry(path) -> dict[str, dict]:
+    """The claims registry at ``path`` (TOML), each entry checked: a statement, source, quantity,
+    expected evidence and history; a known kind with its parameters (a ``composite`` entry: each
+    of its ``parts``). Returns ``{key: entry}``."""
+    import tomllib
+    with open(path, "rb") as f:
+        claims = tomllib.load(f).get("claims", {})
+    for key, e in claims.items():
+        for name in ("statement", "source", "quantity", "evidence", "kind", "history"):
+            if name not in e:
+                raise ValueError(f"claims.toml: {key} has no {name!r}")
+        if e["kind"] == "composite":
+            if not e.get("parts"):
+                raise ValueError(f"claims.toml: {key} is composite without parts")
+            for name, part in e["parts"].items():
+                _check_rule(f"{key}, part {name!r}", part)
+        else:
+            _check_rule(key, e)
+        if not e["history"] or not all({"date", "change", "why"} <= set(h) for h in e["history"]):
+            raise ValueError(f"claims.toml: {key}: history must list {{date, change, why}} entries")
+    return claims
