@@ -99,16 +99,30 @@ def claim_text(rec: dict) -> str:
             f" x {size['steps']} steps" if size["steps"] else "")
         text += (f"  \n**Evidence:** {rec['substrate']}, {runs}"
                  + (f"; bytes {rec['bytes']}" if rec.get("bytes") else "")
-                 + f"  \n**Test:** {rec['quantity']} = {_show(rec['value'])}; holds if "
+                 + f"  \n**Test:** {rec['quantity']} = {_show(rec['value'], rec['holds'], rec.get('in_part'))}; holds if "
                  + _thresholds(rec["holds"])
                  + (f"; in part if {_thresholds(rec['in_part'])}" if rec.get("in_part") else ""))
     return text + f"  \n**Verdict:** {rec['verdict']}" + (f" ({rec['why']})" if rec["why"] else "")
 
 
-def _show(value) -> str:
+def _digits(v: float, bounds) -> str:
+    """``v`` at 4 significant digits, or more where that would print it equal to a threshold it
+    is not equal to (0.9999990 against "< 1" prints as 0.999999, not 1)."""
+    for p in range(4, 17):
+        text = f"{v:.{p}g}"
+        if all(float(text) != b or v == b for b in bounds):
+            return text
+    return repr(v)
+
+
+def _show(value, *specs) -> str:
+    """The value(s) as a claim shows them; ``specs`` (holds, in_part) give the thresholds they
+    must be told apart from."""
+    def bounds(q):
+        return [b for spec in specs if spec for name, (_, b) in spec.items() if name == q]
     if isinstance(value, dict):
-        return ", ".join(f"{k} {v:.4g}" for k, v in value.items())
-    return f"{value:.4g}"
+        return ", ".join(f"{k} {_digits(v, bounds(k))}" for k, v in value.items())
+    return _digits(value, bounds("value"))
 
 
 def _thresholds(spec: dict) -> str:

@@ -112,7 +112,7 @@ def _test(r: dict) -> str:
     if "quantity" not in r:
         return ""
     from lab.nb import _show, _thresholds
-    text = f"{r['quantity']} = {_show(r['value'])}; holds if {_thresholds(r['holds'])}"
+    text = f"{r['quantity']} = {_show(r['value'], r['holds'], r.get('in_part'))}; holds if {_thresholds(r['holds'])}"
     return text + (f"; in part if {_thresholds(r['in_part'])}" if r.get("in_part") else "")
 
 
