@@ -129,6 +129,20 @@ def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, i
             "margin": margin, "target": bool(target), "min_seeds": min_seeds}
 
 
+def evidence(histories, clock: str = "measured", bytes: str | None = None) -> dict:
+    """The evidence behind a claim, read from the runs it is given (each a
+    :class:`lab.train.History`): per field (link, clock, bytes) the one value all runs share,
+    or ``"mixed: a, b"`` where they differ; plus ``runs``, how many runs (not evaluations)."""
+    each = [h.evidence(clock, bytes) for h in histories]
+    if not each:
+        raise ValueError("evidence needs at least one run")
+    out = {}
+    for k in each[0]:
+        vals = {e[k] for e in each}
+        out[k] = vals.pop() if len(vals) == 1 else "mixed: " + ", ".join(sorted(map(str, vals)))
+    return {**out, "runs": len(each)}
+
+
 # -- re-execution: a fresh verdict against the stored one ------------------------------------
 #: substrates whose numbers do not move with the machine: a re-run must give the same verdict
 STEADY = ("ledger", "formula", "Monte Carlo", "stored grid")

@@ -122,3 +122,17 @@ def test_the_history_check_catches_a_silent_change():
     said = {"k": {"kind": "ratio", "T": 1.15, "history": h + h}}
     assert _check_history([("a", old), ("b", silent)]) == ["k at b"]
     assert _check_history([("a", old), ("b", said)]) == []
+
+
+def test_the_evidence_is_read_from_the_runs_and_says_when_they_are_mixed():
+    from lab.claims import evidence
+    from lab.train import History
+    loop_ = History({"network": None}, 2)
+    emul = History({"network": "1Gbps", "link": "model"}, 2)
+    kern = History({"network": "1Gbps", "link": "kernel"}, 2)
+    kern.wire_sent = [10]
+    assert evidence([emul, emul]) == {"link": "modeled", "clock": "wall", "bytes": None, "runs": 2}
+    assert evidence([kern], bytes="on the wire")["bytes"] == "on the wire"
+    assert evidence([loop_, kern], clock="modeled")["link"] == "mixed: kernel, none"
+    with pytest.raises(ValueError, match="no wire bytes"):
+        emul.evidence(bytes="on the wire")

@@ -83,6 +83,30 @@ class History:
         return float("inf")
 
     @property
+    def link(self) -> str:
+        """How this run's network was made, read from its config: ``"none"`` (loopback, no
+        network given), ``"modeled"`` (the emulated alpha-beta link) or ``"kernel"`` (shaped
+        NICs in network namespaces)."""
+        c = self.config
+        if c.get("network") is None and c.get("network_schedule") is None:
+            return "none"
+        return "kernel" if c.get("link") == "kernel" else "modeled"
+
+    def evidence(self, clock: str = "measured", bytes: str | None = None) -> dict:
+        """How a number taken from this run was made: its ``link`` (:attr:`link`), the ``clock``
+        it reads (``"measured"`` wall time, or ``"modeled"``: measured compute plus each
+        exchange's alpha-beta time) and, for bytes, which (``"handed over"`` to a collective, or
+        ``"on the wire"`` under its algorithm, only where the run recorded wire bytes)."""
+        if clock not in ("measured", "modeled"):
+            raise ValueError(f"clock must be 'measured' or 'modeled', got {clock!r}")
+        if bytes not in (None, "handed over", "on the wire"):
+            raise ValueError(f"bytes must be None, 'handed over' or 'on the wire', got {bytes!r}")
+        if bytes == "on the wire" and not self.wire_sent:
+            raise ValueError("bytes 'on the wire': this run recorded no wire bytes")
+        return {"link": self.link, "clock": "wall" if clock == "measured" else "modeled",
+                "bytes": bytes}
+
+    @property
     def final_acc(self) -> float:
         return self.test_acc[-1] if self.test_acc else float("nan")
 
