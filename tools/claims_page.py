@@ -171,8 +171,9 @@ def _registered(key: str, reg: dict) -> list[str]:
 def _card(c: Claim, seen: dict | None = None, reg: dict | None = None) -> list[str]:
     r = c.record
     sub = r.get("substrate", "typed")
+    fixed = " (a closed-form computation: the same verdict on every machine)" if sub == "formula" else ""
     lines = [f'<div class="claim-card" data-verdict="{r["verdict"]}" data-substrate="{sub}" '
-             f'data-part="{_cell(c.part)}">', "", f"**`{r['key']}`: {r['verdict']}**"
+             f'data-part="{_cell(c.part)}">', "", f"**`{r['key']}`: {r['verdict']}**{fixed}"
              + (f" ({_cell(r['why'])})" if r.get("why") else ""), "",
              f"- **Paper:** {_cell(r['paper'])}", f"- **Claimed:** {_cell(r['claimed'])}",
              f"- **Measured:** {_cell(r['measured'])}"]
@@ -229,7 +230,12 @@ def render() -> str:
     runs = len(json.loads(MOVES.read_text(encoding="utf8"))["runs"]) if MOVES.exists() else 0
     lines = ["# Claims scorecard", "", INTRO, "",
              f"{len(claims)} paper claims: " + ", ".join(f"{n} {v}" for v, n in count.items())
-             + f"; and {len(targets)} of the book's own targets, apart below.", "",
+             + f"; and {len(targets)} of the book's own targets, apart below. Of the paper claims, "
+             + f"{sum(c.record.get('substrate') == 'formula' for c in claims)} are decided by a "
+             "closed-form computation, one run and no noise, so their verdicts are the same on every "
+             "machine and move only when the code does (marked on their cards): "
+             + ", ".join(f"`{c.record['key']}`" for c in claims if c.record.get("substrate") == "formula")
+             + ".", "",
              f"Re-executed and re-judged {runs} time(s) on record (CI re-judges every claim on "
              "each run: a steady quantity must keep its verdict, measured time may move one "
              f"step); moved under load: {moved or 'none'}.", "",
