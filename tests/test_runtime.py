@@ -170,7 +170,7 @@ def test_when_every_rank_only_reports_peer_loss_the_earliest_is_named():
 
 def test_ranks_that_all_fail_to_connect_are_launched_once_more(tmp_path, capfd):
     # gloo's full mesh sometimes fails to connect on a loaded machine although no rank failed:
-    # every rank says so before fn ran, and the launch starts again with new processes
+    # the ranks say so before fn ran, and the launch starts again with new processes
     out = launch(lambda ctx, a: (ctx.rank, a), 2, _ConnectsAfter(str(tmp_path), 2), timeout=30)
     assert out == [(0, "joined"), (1, "joined")]
     assert "gloo could not connect the 2 ranks" in capfd.readouterr().err
@@ -178,10 +178,11 @@ def test_ranks_that_all_fail_to_connect_are_launched_once_more(tmp_path, capfd):
     with pytest.raises(LaunchError, match="connectFullMesh") as e:   # it tries twice, no more
         launch(lambda ctx, a: a, 2, _ConnectsAfter(str(tmp_path / "again"), 4), timeout=30)
     assert len(os.listdir(tmp_path / "again")) == 4
-    (tmp_path / "one").mkdir()   # one rank failing is not that flake: no second launch
-    with pytest.raises(LaunchError, match="connectFullMesh"):
-        launch(lambda ctx, a: a, 2, _ConnectsAfter(str(tmp_path / "one"), 1), timeout=30)
-    assert len(os.listdir(tmp_path / "one")) == 2
+    # one rank failing to connect while the others are still connecting is the same flake (a
+    # clean-clone CI run: one of 4 ranks reported it, the others had not yet): launched again
+    (tmp_path / "one").mkdir()
+    out = launch(lambda ctx, a: a, 2, _ConnectsAfter(str(tmp_path / "one"), 1), timeout=30)
+    assert out == ["joined", "joined"] and len(os.listdir(tmp_path / "one")) == 4
     assert e.value.rank in (0, 1) and not _children()
 
 

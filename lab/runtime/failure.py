@@ -64,7 +64,7 @@ def is_echo(exc: BaseException) -> bool:
 def not_connected(line: str) -> bool:
     """Gloo could not connect a rank to its peers while forming the group ("Gloo connectFullMesh
     failed with ... Connection closed by peer", or "... Connect timeout"): a flake of a loaded
-    machine when every rank says so, since none had failed before."""
+    machine when the ranks that report it had not joined the group (none had run anything)."""
     return "connectFullMesh" in line
 
 

@@ -266,9 +266,12 @@ def _collect(procs, q, world_size, timeout, progress, stderrs, records, stacks) 
     finally:
         if bar is not None:
             bar.close()
-    if (len(errors) == world_size and not deaths
-            and all(not e[4] and not_connected(e[2]) for e in errors)):
-        raise _NotConnected(_error(min(errors), world_size))   # nothing ran: worth a retry
+    # Nothing ran (no rank joined the group, none returned or died) and gloo failed to connect
+    # its mesh: worth a retry. The ranks that have not reported yet are still connecting (a
+    # loaded machine can take longer than the second given above for them to fail too).
+    if (errors and not results and not deaths and all(not e[4] for e in errors)
+            and any(not_connected(e[2]) for e in errors)):
+        raise _NotConnected(_error(min(errors), world_size))
     # a collective that timed out waiting is, like an echo, a symptom of the peer it waited for
     causes = [e for e in errors if not e[3] and not waited(e[2], e[1])]
     if causes:
