@@ -2,7 +2,7 @@
 
 The thresholds a chapter declares here were, for the book's first 45 claims, written when its
 results were already stored (issue 48). Each claim's rule is now registered in ``book/claims.toml``
-and decided by :mod:`lab.rules`; a chapter moves from its own thresholds to its registered rule
+and decided by ``lab.rules``; a chapter moves from its own thresholds to its registered rule
 with its chapter's issue, before the re-run that judges it.
 
 A chapter that tests a paper's claim declares, in the cell that asserts it, the *quantity* it
