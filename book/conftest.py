@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from lab import claims
-from lab.nb import CLAIM_KEY
+from lab.nb import stored_claims
 
 BOOK = pathlib.Path(__file__).resolve().parent
 
@@ -35,12 +35,8 @@ def stored_records() -> dict[str, dict]:
     for path in sorted(BOOK.rglob("*.ipynb")):
         if ".ipynb_checkpoints" in path.parts:
             continue
-        nb = json.loads(path.read_text(encoding="utf8"))
-        for cell in nb["cells"]:
-            for out in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
-                rec = out.get("metadata", {}).get(CLAIM_KEY)
-                if rec is not None:
-                    found[rec["key"]] = {**rec, "notebook": str(path.relative_to(BOOK.parent))}
+        for rec in stored_claims(path):
+            found[rec["key"]] = {**rec, "notebook": str(path.relative_to(BOOK.parent))}
     return found
 
 

@@ -90,6 +90,16 @@ def claim(key: str, *, check: bool = True, **declared) -> dict:
     return rec
 
 
+def stored_claims(path) -> list[dict]:
+    """The claim records a notebook file holds in its stored outputs, in cell order (the
+    scorecard, CI's re-judging and the stress tool all read them here)."""
+    import json
+    import pathlib
+    nb = json.loads(pathlib.Path(path).read_text(encoding="utf8"))
+    return [out["metadata"][CLAIM_KEY] for cell in nb["cells"] if cell["cell_type"] == "code"
+            for out in cell.get("outputs", []) if CLAIM_KEY in out.get("metadata", {})]
+
+
 def claim_text(rec: dict) -> str:
     """The markdown a claim cell shows."""
     text = f"**Claim** ({rec['paper']}): {rec['claimed']}  \n**Measured:** {rec['measured']}"

@@ -27,7 +27,7 @@ OUT = ROOT / "book" / "claims.md"
 # (pytest --nbval-lax book --claim-moves book/claim_moves.json; book/conftest.py)
 MOVES = ROOT / "book" / "claim_moves.json"
 sys.path.insert(0, str(ROOT))
-from lab.nb import CLAIM_KEY, VERDICTS  # noqa: E402
+from lab.nb import CLAIM_KEY, VERDICTS, stored_claims  # noqa: E402,F401
 
 CALL = re.compile(r"(?<![\w.])claim\(")
 
@@ -53,9 +53,7 @@ def parts() -> list[tuple[str, list[str]]]:
 
 def records(path: Path) -> list[dict]:
     """The claim records stored in one notebook's outputs, in cell order."""
-    nb = json.loads(path.read_text(encoding="utf8"))
-    return [out["metadata"][CLAIM_KEY] for cell in nb["cells"] if cell["cell_type"] == "code"
-            for out in cell.get("outputs", []) if CLAIM_KEY in out.get("metadata", {})]
+    return stored_claims(path)
 
 
 def calls(path: Path) -> int:

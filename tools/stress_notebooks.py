@@ -75,14 +75,12 @@ def failure(nb, err: Exception) -> str:
 HUNG = "hung: "  # a cell that timed out or a kernel that died: retried once, and reported
 
 
-def rejudged(stored_nb, log: str) -> list[dict]:
-    """Each claim the run logged in ``log``, compared with the stored notebook's record
+def rejudged(path: pathlib.Path, log: str) -> list[dict]:
+    """Each claim the run logged in ``log``, compared with the record the notebook file stores
     (:func:`lab.claims.compare`), as CI compares them (book/conftest.py)."""
     from lab import claims
-    from lab.nb import CLAIM_KEY
-    stored = {o["metadata"][CLAIM_KEY]["key"]: o["metadata"][CLAIM_KEY]
-              for c in stored_nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if CLAIM_KEY in o.get("metadata", {})}
+    from lab.nb import stored_claims
+    stored = {r["key"]: r for r in stored_claims(path)}
     return [claims.compare(stored[r["key"]], r) for r in claims.logged(log) if r["key"] in stored]
 
 
@@ -97,7 +95,6 @@ def run_one(path: pathlib.Path, timeout: int) -> tuple[bool, float, str, list]:
 
     from lab import claims
     from lab.nb import run
-    stored = nbformat.read(path, as_version=4)
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lab-claims-") as log:
@@ -107,10 +104,10 @@ def run_one(path: pathlib.Path, timeout: int) -> tuple[bool, float, str, list]:
         except (CellTimeoutError, DeadKernelError) as err:  # the kernel, not a claim: see main()
             return False, time.perf_counter() - t0, f"{HUNG}{failure(nb, err)}", []
         except Exception as err:  # noqa: BLE001 - any failure of the notebook is a result here
-            return False, time.perf_counter() - t0, failure(nb, err), rejudged(stored, log)
+            return False, time.perf_counter() - t0, failure(nb, err), rejudged(path, log)
         finally:
             os.environ.pop(claims.LOG_ENV, None)
-        judged = rejudged(stored, log)
+        judged = rejudged(path, log)
     bad = [f"claim {r['key']} {r['stored']['verdict']} -> {r['fresh']['verdict']}"
            for r in judged if r["outcome"] == "failed"]
     return not bad, time.perf_counter() - t0, "; ".join(bad), judged
