@@ -129,6 +129,33 @@ def record(key: str, *, paper: str, claimed: str, quantity: str, value, holds, i
             "margin": margin, "target": bool(target), "min_seeds": min_seeds}
 
 
+def _judged(j) -> dict:
+    return {"estimate": j.estimate, "low": j.low, "high": j.high, "n": j.n, "note": j.note}
+
+
+def registered(key: str, entry: dict, judged, *, measured: str, substrate: str, runs: int,
+               seeds: int = 1, steps: int | None = None, bytes: str | None = None,
+               why: str = "", evidence: dict | None = None, target: bool = False) -> dict:
+    """A claim's record judged by its registered rule (``entry`` from ``book/claims.toml``,
+    ``judged`` from :func:`lab.rules.judge`): the statement, source and quantity are the
+    registry's; the verdict, interval and sample size the rule's; ``why`` adds the chapter's
+    reading of the outcome to the rule's own note; ``evidence`` is what
+    :func:`evidence` read from the runs."""
+    from .rules import rule_of
+    rec = record(key, paper=entry["source"], claimed=entry["statement"],
+                 quantity=entry["quantity"], value=0.0, holds=(">=", 0), substrate=substrate,
+                 runs=runs, seeds=seeds, steps=steps, measured=measured, bytes=bytes,
+                 target=target)
+    parts = judged.extra
+    rec.update(value={k: p.estimate for k, p in parts.items()} if parts else judged.estimate,
+               holds=None, in_part=None, verdict=judged.verdict,
+               why="; ".join(t for t in (judged.note, why.strip()) if t),
+               rule={k: (list(v) if isinstance(v, tuple) else v) for k, v in rule_of(entry).items()},
+               judged=_judged(judged), parts={k: _judged(p) for k, p in parts.items()} or None,
+               evidence=evidence, registered=True)
+    return rec
+
+
 def evidence(histories, clock: str = "measured", bytes: str | None = None) -> dict:
     """The evidence behind a claim, read from the runs it is given (each a
     :class:`lab.train.History`): per field (link, clock, bytes) the one value all runs share,

@@ -61,33 +61,62 @@ def show_source(obj) -> None:
 CLAIM_KEY = "lab_claim"  # where a claim record sits in its output's metadata
 
 
-def claim(key: str, *, check: bool = True, **declared) -> dict:
-    """Record one paper claim tested by this chapter, its verdict computed, and assert the
-    measured facts behind it; returns the record.
+DATA = ("rounds", "gaps", "estimate", "se", "value", "parts")
 
-    ``declared``: what :func:`lab.claims.record` takes: ``paper`` (authors, year, figure or
-    table), ``claimed`` (what the paper reports), ``quantity`` and its measured ``value``,
-    the thresholds ``holds`` and ``in_part`` (declared before the runs), the evidence
-    (``substrate``, ``runs``, ``seeds``, ``steps``; ``bytes`` for byte claims), ``measured`` (in
-    words, built from the run's numbers) and ``why_part``/``why_not``. ``check``: measured facts
-    the chapter relies on beyond the verdict (an ``AssertionError`` naming the claim if false).
 
-    The record is displayed as part of the cell's output: markdown for the reader, the record
-    itself in the output's metadata (under ``CLAIM_KEY``) for ``tools/claims_page.py``, so
-    the scorecard page is built from the notebooks' stored outputs and cannot disagree with them.
-    A verdict is never typed: there is no ``verdict=`` (the old form is gone).
+def registry_path():
+    """``$LAB_CLAIMS``, else the nearest ``book/claims.toml`` above the working folder (a
+    notebook runs in its own folder)."""
+    import pathlib
+    if os.environ.get("LAB_CLAIMS"):
+        return pathlib.Path(os.environ["LAB_CLAIMS"])
+    here = pathlib.Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / "book" / "claims.toml").is_file():
+            return d / "book" / "claims.toml"
+    raise FileNotFoundError("no book/claims.toml above the working folder (set LAB_CLAIMS)")
+
+
+def claim(key: str, *, check: bool = True, **declared) -> None:
+    """Record one paper claim tested by this chapter, judged by its rule in the registry
+    (``book/claims.toml``, :mod:`lab.rules`), and display it; returns nothing.
+
+    The runs' numbers go in as the rule's kind wants them: ``rounds`` (ratio: one
+    baseline-over-method ratio per interleaved round), ``gaps`` (parity: one gap per seed),
+    ``estimate`` and ``se`` (bound), ``value`` (deterministic), or ``parts={name: {...}}`` for a
+    composite claim. With them: ``measured`` (in words, built from the run's numbers), the
+    evidence (``substrate``, ``runs``, ``seeds``, ``steps``; ``bytes`` for byte claims;
+    ``evidence``, what :func:`lab.claims.evidence` read from the runs) and ``why``, the
+    chapter's reading of the outcome. The statement, source and quantity are the registry's.
+
+    A claim not yet migrated to its registered rule still declares ``holds``/``in_part`` and
+    ``paper``/``claimed``/``quantity`` (:func:`lab.claims.record`). ``check``: a mechanism the
+    chapter relies on (an ``AssertionError`` naming the claim if false), never the verdict.
+
+    The record is displayed as markdown, itself in the output's metadata (under ``CLAIM_KEY``)
+    for ``tools/claims_page.py``, so the scorecard is built from the stored outputs. A verdict is
+    never typed: there is no ``verdict=``.
     """
     if "verdict" in declared:
         raise TypeError(f"claim {key!r}: verdict= is not an argument: the verdict is computed "
-                        f"from the value and the holds/in_part thresholds")
-    rec = claims.record(key, **declared)
+                        f"from the runs by the claim's registered rule")
+    if "holds" in declared:
+        rec = claims.record(key, **declared)
+    else:
+        from . import rules
+        reg = rules.registry(registry_path())
+        if key not in reg:
+            raise KeyError(f"claim {key!r} is not registered in {registry_path()}")
+        entry = reg[key]
+        data = {k: declared.pop(k) for k in DATA if k in declared}
+        data = data.get("parts", data)
+        rec = claims.registered(key, entry, rules.judge(key, entry, data), **declared)
     claims.log(rec)   # CI's re-execution compares it with the stored verdict (book/conftest.py)
     if not bool(check):
         raise AssertionError(f"claim {key!r}: the run does not support it "
                              f"(measured: {rec['measured']})")
     from IPython.display import display
     display({"text/markdown": claim_text(rec)}, metadata={CLAIM_KEY: rec}, raw=True)
-    return rec
 
 
 def stored_claims(path) -> list[dict]:
@@ -103,7 +132,9 @@ def stored_claims(path) -> list[dict]:
 def claim_text(rec: dict) -> str:
     """The markdown a claim cell shows."""
     text = f"**Claim** ({rec['paper']}): {rec['claimed']}  \n**Measured:** {rec['measured']}"
-    if "quantity" in rec:
+    if rec.get("registered"):
+        text += f"  \n**Evidence:** {evidence_text(rec)}  \n**Test:** {test_text(rec)}"
+    elif "quantity" in rec:
         size = rec["size"]
         runs = f"{size['runs']} run(s) x {size['seeds']} seed(s)" + (
             f" x {size['steps']} steps" if size["steps"] else "")
@@ -113,6 +144,51 @@ def claim_text(rec: dict) -> str:
                  + _thresholds(rec["holds"])
                  + (f"; in part if {_thresholds(rec['in_part'])}" if rec.get("in_part") else ""))
     return text + f"  \n**Verdict:** {rec['verdict']}" + (f" ({rec['why']})" if rec["why"] else "")
+
+
+def evidence_text(rec: dict) -> str:
+    """The evidence a record rests on, in words: substrate, runs x seeds x steps, bytes, and
+    what the runs' histories said of their link, clock and bytes."""
+    size = rec["size"]
+    text = f"{rec['substrate']}, {size['runs']} run(s) x {size['seeds']} seed(s)" + (
+        f" x {size['steps']} steps" if size["steps"] else "")
+    text += f"; bytes {rec['bytes']}" if rec.get("bytes") else ""
+    ev = rec.get("evidence")
+    return text + ("; read from the runs: " + ", ".join(f"{k} {v}" for k, v in ev.items())
+                   if ev else "")
+
+
+def _rule_words(rule: dict) -> str:
+    kind = rule["kind"]
+    if kind == "ratio":
+        return f"ratio rule, holds if the 95% interval's low end >= T = {rule['T']:g}"
+    if kind == "parity":
+        return f"parity rule, holds if the 95% interval's upper end <= {rule['tolerance']:g}"
+    if kind == "bound":
+        return f"bound rule, holds if {rule['op']} {rule['limit']:g} at the interval's far end"
+    t = _thresholds({"value": tuple(rule["holds"])})
+    return f"deterministic (one run decides), holds if {t}" + (
+        f", in part if {_thresholds({'value': tuple(rule['in_part'])})}" if rule.get("in_part") else "")
+
+
+def _judged_words(rule: dict, j: dict) -> str:
+    if rule["kind"] == "deterministic":
+        return _digits(j["estimate"], [rule["holds"][1]] + ([rule["in_part"][1]] if rule.get("in_part") else []))
+    lim = [rule.get("T", rule.get("tolerance", rule.get("limit")))]
+    what = {"ratio": "rounds", "parity": "seeds", "bound": "estimate"}[rule["kind"]]
+    return (f"{_digits(j['estimate'], lim)}, 95% interval [{_digits(j['low'], lim)}, "
+            f"{_digits(j['high'], lim)}]" + (f" over {j['n']} {what}" if what != "estimate" else ""))
+
+
+def test_text(rec: dict) -> str:
+    """A registered record's test in words: the quantity, the estimate with its interval, and
+    the rule (a composite claim: each part's)."""
+    rule = rec["rule"]
+    if rec.get("parts"):
+        return f"{rec['quantity']}: " + "; ".join(
+            f"{name}: {_judged_words(rule['parts'][name], j)} ({_rule_words(rule['parts'][name])})"
+            for name, j in rec["parts"].items()) + "; the weakest part decides"
+    return f"{rec['quantity']} = {_judged_words(rule, rec['judged'])} ({_rule_words(rule)})"
 
 
 def _digits(v: float, bounds) -> str:

@@ -191,3 +191,36 @@ def registry(path) -> dict[str, dict]:
         if not e["history"] or not all({"date", "change", "why"} <= set(h) for h in e["history"]):
             raise ValueError(f"claims.toml: {key}: history must list {{date, change, why}} entries")
     return claims
+
+
+def _one(where: str, e: dict, data: dict) -> Judged:
+    kind = e["kind"]
+    want = {"ratio": {"rounds"}, "parity": {"gaps"}, "bound": {"estimate", "se"},
+            "deterministic": {"value"}}[kind]
+    if set(data) != want:
+        raise ValueError(f"{where} is a {kind} claim: give {sorted(want)}, got {sorted(data)}")
+    if kind == "ratio":
+        return ratio(data["rounds"], e["T"])
+    if kind == "parity":
+        return parity(data["gaps"], e["tolerance"])
+    if kind == "bound":
+        return bound(data["estimate"], data["se"], e["op"], e["limit"])
+    spec = (lambda t: None if t is None else (t[0], t[1]))
+    return deterministic(data["value"], spec(e["holds"]), spec(e.get("in_part")))
+
+
+def judge(key: str, entry: dict, data: dict) -> Judged:
+    """The registered ``entry`` of claim ``key`` judged on the runs' ``data``: ``rounds`` (a
+    ratio claim: one ratio per interleaved round), ``gaps`` (parity: one gap per seed),
+    ``estimate`` and ``se`` (bound), ``value`` (deterministic); a composite claim takes
+    ``{part: data}`` for each of its parts, its verdict the weakest part's, the parts in
+    ``extra``."""
+    if entry["kind"] != "composite":
+        return _one(key, entry, data)
+    parts = entry["parts"]
+    if set(data) != set(parts):
+        raise ValueError(f"{key} is composite: give data for the parts {sorted(parts)}, got {sorted(data)}")
+    each = {name: _one(f"{key}, part {name!r}", p, data[name]) for name, p in parts.items()}
+    v = weakest(j.verdict for j in each.values())
+    note = "; ".join(f"{name}: {j.note}" for name, j in each.items() if j.verdict == v and j.note)
+    return Judged(v, math.nan, math.nan, math.nan, min(j.n for j in each.values()), note, each)

@@ -98,6 +98,9 @@ and for byte claims whether the bytes are those handed to a collective or those 
 
 
 def _evidence(r: dict) -> str:
+    if r.get("registered"):
+        from lab.nb import evidence_text
+        return evidence_text(r)
     if "substrate" not in r:
         return "typed verdict (not yet computed)"
     size = r["size"]
@@ -107,6 +110,9 @@ def _evidence(r: dict) -> str:
 
 
 def _test(r: dict) -> str:
+    if r.get("registered"):
+        from lab.nb import test_text
+        return test_text(r)
     if "quantity" not in r:
         return ""
     from lab.nb import _show, _thresholds
