@@ -80,15 +80,15 @@ def test_claim_computes_its_verdict_and_checks_its_arguments(monkeypatch):
                         lambda obj, metadata=None, raw=False: shown.append({**obj, **metadata}))
     kw = dict(paper="A et al. 2020", claimed="x is small", quantity="x", substrate="formula",
               runs=1, measured="x = 0.1", why_part="x is smallish", why_not="x is large")
-    assert claim("t-ok", value=0.1, holds=("<=", 0.2), **kw)["verdict"] == "holds"
+    def judged(key, **k):
+        assert claim(key, **k, **kw) is None      # nothing returned: no dict on the page
+        return shown[-1][CLAIM_KEY]["verdict"]
+    assert judged("t-ok", value=0.1, holds=("<=", 0.2)) == "holds"
     assert shown[-1][CLAIM_KEY]["key"] == "t-ok" and "x = 0.1" in shown[-1]["text/markdown"]
-    assert claim("t-part", value=0.3, holds=("<=", 0.2), in_part=("<=", 0.5), **kw)["verdict"] \
-        == "holds in part"
-    assert claim("t-not", value=0.9, holds=("<=", 0.2), in_part=("<=", 0.5), **kw)["verdict"] \
-        == "does not hold here"
-    many = claim("t-two", value={"a": 1.0, "b": 5.0}, holds={"a": (">=", 1), "b": ("<", 2)},
-                 in_part={"a": (">=", 1)}, **kw)
-    assert many["verdict"] == "holds in part"
+    assert judged("t-part", value=0.3, holds=("<=", 0.2), in_part=("<=", 0.5)) == "holds in part"
+    assert judged("t-not", value=0.9, holds=("<=", 0.2), in_part=("<=", 0.5)) == "does not hold here"
+    assert judged("t-two", value={"a": 1.0, "b": 5.0}, holds={"a": (">=", 1), "b": ("<", 2)},
+                  in_part={"a": (">=", 1)}) == "holds in part"
     with pytest.raises(AssertionError, match="t-bad"):
         claim("t-bad", value=0.1, holds=("<=", 0.2), check=False, **kw)
     with pytest.raises(ValueError, match="holds"):
