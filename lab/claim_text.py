@@ -31,7 +31,7 @@ def evidence_text(rec: dict) -> str:
         f" x {size['steps']} steps" if size["steps"] else "")
     text += f"; bytes {rec['bytes']}" if rec.get("bytes") else ""
     ev = rec.get("evidence")
-    return text + ("; read from the runs: " + ", ".join(f"{k} {v}" for k, v in ev.items())
+    return text + ("; read from the runs: " + ", ".join(f"{k} {v}" for k, v in ev.items() if v is not None)
                    if ev else "")
 
 

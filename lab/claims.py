@@ -1,20 +1,20 @@
-"""Paper claims checked by the book: a verdict computed from declared thresholds.
+"""Paper claims checked by the book: the record a claim cell leaves, and its re-judging.
 
-The thresholds a chapter declares here were, for the book's first 45 claims, written when its
-results were already stored (issue 48). Each claim's rule is now registered in ``book/claims.toml``
-and decided by ``lab.rules``; a chapter moves from its own thresholds to its registered rule
-with its chapter's issue, before the re-run that judges it.
+Each claim the book tests has an entry in the registry ``book/claims.toml``, written before the
+runs that judge it: the paper's statement and source, the quantity, and one decision rule
+(:mod:`lab.rules`: ratio, parity, bound or deterministic, or a composite of them). A chapter
+calls ``lab.nb.claim(key, rounds=... | gaps=... | estimate=..., se=... | value=... | parts=...)``
+with what its runs measured; :func:`registered` builds the record, its verdict and interval the
+rule's, the evidence (substrate; runs x seeds x steps, counting runs, not evaluations; for bytes,
+those *handed over* to a collective or those *on the wire*) the chapter's, with what
+:func:`evidence` read from the runs' histories. No verdict is typed and no chapter declares a
+threshold of its own; ``lab.nb.claim`` displays the record and stores it in the cell's output,
+from which ``tools/claims_page.py`` builds the scorecard.
 
-A chapter that tests a paper's claim declares, in the cell that asserts it, the *quantity* it
-measures, the thresholds that make the claim **hold** or **hold in part** (anything else: it
-**does not hold here**), the *evidence* (what kind of substrate the number comes from and how
-many runs, seeds and steps stand behind it) and, for byte claims, which bytes (handed to a
-collective, or on the wire under its algorithm). :func:`record` computes the verdict from the
-measured value; no verdict is typed anywhere. ``lab.nb.claim`` displays the record and stores
-it in the cell's output, from which ``tools/claims_page.py`` builds the book's scorecard.
-
-A threshold is ``(op, bound)`` with ``op`` one of ``>=``, ``>``, ``<=``, ``<``; a claim with
-several quantities gives a dict of values and a dict of thresholds by name (all must pass).
+:func:`record` is the older form, a verdict from thresholds the chapter declares (``(op, bound)``
+with ``op`` one of ``>=``, ``>``, ``<=``, ``<``; a dict of them for several quantities): the
+book's first 45 claims used it, their thresholds written when the results were already stored
+(issue 48), and the registry's history keeps them.
 """
 from __future__ import annotations
 

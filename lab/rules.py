@@ -166,6 +166,10 @@ def _check_rule(where: str, e: dict) -> None:
     missing = [p for p in _NEED[kind] if p not in e]
     if missing:
         raise ValueError(f"claims.toml: {where} ({kind}) lacks {missing}")
+    if kind == "deterministic" and not all(
+            isinstance(e.get(k), list) and len(e[k]) == 2 for k in ("holds", "in_part") if k in e):
+        raise ValueError(f"claims.toml: {where}: a deterministic rule's holds/in_part are one "
+                         f"[op, bound] each (several quantities: a composite of parts)")
     if kind == "ratio" and not e["T"] > 1:
         raise ValueError(f"claims.toml: {where}: T must be above 1, got {e['T']!r}")
 
@@ -224,3 +228,20 @@ def judge(key: str, entry: dict, data: dict) -> Judged:
     v = weakest(j.verdict for j in each.values())
     note = "; ".join(f"{name}: {j.note}" for name, j in each.items() if j.verdict == v and j.note)
     return Judged(v, math.nan, math.nan, math.nan, min(j.n for j in each.values()), note, each)
+
+
+def reread(rule: dict, judged: dict) -> str:
+    """The verdict a stored record's rule gives for its stored estimate and interval (a
+    reader's check that the verdict follows from the numbers shown; ``judged`` as
+    :func:`lab.claims.registered` stores it)."""
+    kind, est, low, high = rule["kind"], judged["estimate"], judged["low"], judged["high"]
+    if kind == "ratio":
+        return VERDICTS[0 if low >= rule["T"] else 1 if low > 1 else 2]
+    if kind == "parity":
+        return VERDICTS[0 if high <= rule["tolerance"] else 1 if est <= rule["tolerance"] else 2]
+    if kind == "bound":
+        holds = _OPS[rule["op"]]
+        far, near = (high, low) if rule["op"] == "<=" else (low, high)
+        return VERDICTS[0 if holds(far, rule["limit"]) else 2 if not holds(near, rule["limit"]) else 1]
+    spec = (lambda t: None if t is None else (t[0], t[1]))
+    return verdict(est, spec(rule["holds"]), spec(rule.get("in_part")))
