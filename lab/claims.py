@@ -151,7 +151,7 @@ def registered(key: str, entry: dict, judged, *, measured: str, substrate: str, 
                holds=None, in_part=None, verdict=judged.verdict,
                why="; ".join(t for t in (judged.note, why.strip()) if t),
                rule={k: (list(v) if isinstance(v, tuple) else v) for k, v in rule_of(entry).items()},
-               judged=_judged(judged), parts={k: _judged(p) for k, p in parts.items()} or None,
+               judged=None if parts else _judged(judged), parts={k: _judged(p) for k, p in parts.items()} or None,
                evidence=evidence, registered=True)
     return rec
 
