@@ -132,7 +132,8 @@ def bound(estimate: float, se: float, op: str, limit: float) -> Judged:
     elif not holds(near, limit):
         v, note = VERDICTS[2], f"the bound fails even at the interval's near end ({near:.4g})"
     else:
-        v, note = VERDICTS[1], f"the bound holds at the estimate, not at the interval's far end ({far:.4g})"
+        v, note = VERDICTS[1], (f"the 95% interval straddles the bound: it holds at the near end "
+                                f"({near:.4g}), not at the far end ({far:.4g})")
     return Judged(v, est, low, high, 1, note)
 
 

@@ -238,6 +238,20 @@ def test_turns_compares_each_schedule_with_its_reference_and_weak_scaling_sets_t
     assert config("vgg", "p3", None, 4, batch_size=512).batch_size == 512
 
 
+def test_schedule_table_hands_out_each_rounds_turn_for_ratios_round_by_round():
+    import numpy as np
+
+    from lab.bench.p3 import schedule_table
+    got = {}
+    rows = schedule_table(("mlp",), ("1Gbps,0.1ms",), ("sync", "p3"), workers=(2,), rounds=3,
+                          block=2, turns_ms=got)
+    assert sorted(got) == [("mlp", 2, "1Gbps,0.1ms", "p3"), ("mlp", 2, "1Gbps,0.1ms", "sync")]
+    assert all(len(v) == 3 and min(v) > 0 for v in got.values())
+    ratios = np.asarray(got["mlp", 2, "1Gbps,0.1ms", "sync"]) / np.asarray(got["mlp", 2, "1Gbps,0.1ms", "p3"])
+    p3 = next(r for r in rows if r["schedule"] == "p3")
+    assert p3["speedup"] == round(float(np.median(ratios)), 3)   # the row's median of the same rounds
+
+
 # -- the lean engine: virtual link clock, messages, real calls ----------------------------
 def test_link_clock_books_the_cost_model_and_never_delivers_before_the_bytes():
     from lab.comm.network import LinkClock

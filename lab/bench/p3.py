@@ -86,7 +86,8 @@ def scaled(profile, compute_s: float):
 def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                    workers=(2, 4), rounds: int = 5, block: int = 3,
                    batch_per_rank: int | None = None, device: str = "cpu",
-                   link: str = "model", profiles: dict | None = None) -> list[dict]:
+                   link: str = "model", profiles: dict | None = None,
+                   turns_ms: dict | None = None) -> list[dict]:
     """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
     phase of a shared machine hits every schedule alike): the step time (see :func:`turns`),
     the step time predicted (:func:`lab.schedule.plan.predict`) from per-layer times measured
@@ -104,7 +105,9 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
     the book's fixed 256. ``device``: where the ranks compute. ``link="kernel"``: the ranks sit
     on a kernel link (:mod:`lab.comm.kernel`) reshaped to each network in its turn.
     ``profiles``: a dict that receives, per ``(model, ranks)``, the layer sizes and the scaled
-    per-layer times the predictions used (to predict other links)."""
+    per-layer times the predictions used (to predict other links). ``turns_ms``: a dict that
+    receives, per ``(model, ranks, network, schedule)``, the mean steady step of each round's
+    turn (:func:`turns`), in round order, so that a ratio can be taken round by round."""
     from ..comm import Network
     rows = []
     for w in workers:
@@ -125,6 +128,8 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
             fwd, ready = scaled(profile, c_sync)
             if profiles is not None:
                 profiles[model, w] = (sizes, fwd, ready)
+            if turns_ms is not None:
+                turns_ms.update({(model, w, *k): list(v["turns_ms"]) for k, v in got.items()})
             for n in networks:
                 pred = {s: 1e3 * plan.predict(sizes, fwd, ready, s, n, w) for s in schedules}
                 base, loss = got[n, "sync"]["ms"], got[n, "sync"]["loss"][-1]
