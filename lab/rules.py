@@ -5,13 +5,13 @@ kind's parameters; the runs give the numbers; a function here gives the verdict 
 :data:`lab.claims.VERDICTS`) and the interval it rests on. No chapter declares a rule of its own.
 
 - **ratio** (a speedup, a byte or time reduction, "A beats B"; always baseline over method, so
-  above 1 is the claimed direction): the median of at least :data:`MIN_ROUNDS` interleaved rounds
-  (:data:`MIN_ROUNDS_SMALL` where the registered effect ``T`` is below 1.10) and its 95% interval
+  above 1 is the claimed direction): the median of at least ``MIN_ROUNDS`` (9) interleaved rounds
+  (``MIN_ROUNDS_SMALL``, 25, where the registered effect ``T`` is below 1.10) and its 95% interval
   from order statistics (the binomial interval for a median, :func:`median_interval`). **holds**
   if the interval's low end is at least ``T``; **holds in part** if it is above 1 but below
   ``T``; else **does not hold here**, a *loss* if the high end is below 1, else *inconclusive*.
 - **parity** ("no worse than", "matches accuracy"): the gap to the baseline (positive: the
-  method is worse) over at least :data:`MIN_SEEDS` seeds, with its 95% Student-t interval.
+  method is worse) over at least ``MIN_SEEDS`` (3) seeds, with its 95% Student-t interval.
   **holds** if the interval's upper end is within the tolerance; **holds in part** if the mean
   is; else **does not hold here**.
 - **bound** (a variance bound, unbiasedness, an identity): a Monte Carlo or exact estimate with
