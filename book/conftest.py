@@ -5,7 +5,7 @@ Each ``lab.nb.claim`` call in a re-executed notebook appends the record it compu
 inherit it). At the end of the session each fresh verdict is compared with the one the committed
 notebook stores (:func:`lab.claims.compare`): a claim on a steady quantity (ledger bytes, a
 formula, a seeded Monte Carlo, a stored grid) must reproduce its verdict; a claim on measured time
-may move by one step, which is reported as "moved under load"; anything else fails the session,
+may move by one step (two where both 95% intervals overlap), which is reported as "moved under load"; anything else fails the session,
 both records printed. ``--claim-moves FILE`` appends the session's comparison to FILE (the claims
 page counts the moves recorded in ``book/claim_moves.json``).
 """
@@ -89,7 +89,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.section("claims re-judged")
     by = {o: [r for r in results if r["outcome"] == o] for o in ("same", "moved", "failed")}
     tr.write_line(f"{len(results)} claims re-judged: {len(by['same'])} same verdict, "
-                  f"{len(by['moved'])} moved under load (one step, measured time), "
+                  f"{len(by['moved'])} moved under load (measured time: one step, or two with overlapping 95% intervals), "
                   f"{len(by['failed'])} failed")
     for r in by["moved"]:
         tr.write_line(f"  moved under load: {_line(r)}")

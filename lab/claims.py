@@ -183,20 +183,37 @@ def steps_apart(a: str, b: str) -> int:
 
 def compare(stored: dict, fresh: dict) -> dict:
     """One claim re-judged: ``stored`` (the committed notebook's record) against ``fresh`` (the
-    record a re-execution computed). ``outcome`` is ``same``; ``moved`` (one step, on a
-    substrate that moves with the machine's load: reported, allowed); or ``failed`` (a steady
-    substrate's verdict changed, a move of two steps, or a record that changed kind)."""
+    record a re-execution computed). ``outcome`` is ``same``; ``moved`` (on a substrate that
+    moves with the machine's load: one step, or two where both records' 95% intervals overlap;
+    reported, allowed); or ``failed`` (a steady substrate's verdict changed, or a move of two
+    steps whose intervals are disjoint or absent)."""
     steps = steps_apart(stored["verdict"], fresh["verdict"])
     steady = stored.get("substrate") in STEADY or fresh.get("substrate") in STEADY
     if steps == 0:
         outcome = "same"
-    elif steps == 1 and not steady:
+    elif not steady and (steps == 1 or _overlap(stored, fresh)):
         outcome = "moved"
     else:
         outcome = "failed"
     return {"key": fresh["key"], "outcome": outcome, "steps": steps, "steady": steady,
             "stored": {k: stored.get(k) for k in ("verdict", "value", "substrate")},
             "fresh": {k: fresh.get(k) for k in ("verdict", "value", "substrate")}}
+
+
+def _intervals(rec: dict) -> list:
+    if rec.get("parts"):
+        return [(k, j["low"], j["high"]) for k, j in sorted(rec["parts"].items())]
+    j = rec.get("judged")
+    return [("", j["low"], j["high"])] if j else []
+
+
+def _overlap(stored: dict, fresh: dict) -> bool:
+    """Two registered records of one measured quantity whose 95% intervals overlap, part by
+    part: the runs agree within their noise even where the verdict moved two steps (from
+    "holds" to "inconclusive"); without intervals, or where one pair is disjoint, they do not."""
+    a, b = _intervals(stored), _intervals(fresh)
+    return bool(a) and [k for k, *_ in a] == [k for k, *_ in b] and all(
+        lo1 <= hi2 and lo2 <= hi1 for (_, lo1, hi1), (_, lo2, hi2) in zip(a, b))
 
 
 def log(rec: dict) -> None:

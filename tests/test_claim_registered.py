@@ -138,3 +138,15 @@ def test_every_registered_record_agrees_with_its_registry_flag():
             if rec.get("registered"):
                 assert rec["rule"] == json.loads(json.dumps(rules.rule_of(e))), \
                     f"{rec['key']}: the stored record was judged by another rule than the registry's"
+
+
+def test_a_two_step_move_is_noise_only_where_the_intervals_overlap():
+    from lab.claims import compare
+    rec = lambda v, lo, hi: {"key": "k", "verdict": v, "value": (lo + hi) / 2, "substrate": "modeled link",
+                             "judged": {"estimate": (lo + hi) / 2, "low": lo, "high": hi, "n": 25}}
+    assert compare(rec("holds", 1.14, 1.23), rec("does not hold here", 0.98, 1.2))["outcome"] == "moved"
+    assert compare(rec("holds", 1.14, 1.23), rec("does not hold here", 0.7, 0.9))["outcome"] == "failed"
+    steady = lambda v: {"key": "k", "verdict": v, "value": 1.0, "substrate": "ledger"}
+    assert compare(steady("holds"), steady("holds in part"))["outcome"] == "failed"
+    legacy = lambda v: {"key": "k", "verdict": v, "value": 1.0, "substrate": "measured"}
+    assert compare(legacy("holds"), legacy("does not hold here"))["outcome"] == "failed"
