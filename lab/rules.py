@@ -88,12 +88,12 @@ def ratio(rounds, T: float) -> Judged:
     if len(vals) < need:
         raise ValueError(f"a ratio claim with T = {T:g} needs at least {need} rounds, got {len(vals)}")
     med, low, high = median_interval(vals)
-    if low >= T:
-        v, note = VERDICTS[0], ""
-    elif low > 1:
-        v, note = VERDICTS[1], f"the interval's low end {low:.4g} is above 1, below T = {T:g}"
+    v = _decide({"kind": "ratio", "T": T}, med, low, high)
+    if v == VERDICTS[0]:
+        note = ""
+    elif v == VERDICTS[1]:
+        note = f"the interval's low end {low:.4g} is above 1, below T = {T:g}"
     else:
-        v = VERDICTS[2]
         note = "a loss: the interval lies below 1" if high < 1 else "inconclusive: the interval contains 1"
     return Judged(v, med, low, high, len(vals), note)
 
@@ -109,12 +109,10 @@ def parity(gaps, tolerance: float) -> Judged:
     mean, n = statistics.fmean(vals), len(vals)
     half = t.ppf(1 - (1 - LEVEL) / 2, n - 1) * statistics.stdev(vals) / math.sqrt(n)
     low, high = mean - half, mean + half
-    if high <= tolerance:
-        v, note = VERDICTS[0], ""
-    elif mean <= tolerance:
-        v, note = VERDICTS[1], f"the mean gap is within {tolerance:g}, the interval's upper end not"
-    else:
-        v, note = VERDICTS[2], f"the mean gap {mean:.4g} is above the tolerance {tolerance:g}"
+    v = _decide({"kind": "parity", "tolerance": tolerance}, mean, low, high)
+    note = {VERDICTS[0]: "",
+            VERDICTS[1]: f"the mean gap is within {tolerance:g}, the interval's upper end not",
+            VERDICTS[2]: f"the mean gap {mean:.4g} is above the tolerance {tolerance:g}"}[v]
     return Judged(v, mean, low, high, n, note)
 
 
@@ -126,14 +124,11 @@ def bound(estimate: float, se: float, op: str, limit: float) -> Judged:
         raise ValueError(f"se must be >= 0 and op '<=' or '>=', got se={se!r}, op={op!r}")
     low, high = est - Z * se, est + Z * se
     far, near = (high, low) if op == "<=" else (low, high)
-    holds = _OPS[op]
-    if holds(far, limit):
-        v, note = VERDICTS[0], ""
-    elif not holds(near, limit):
-        v, note = VERDICTS[2], f"the bound fails even at the interval's near end ({near:.4g})"
-    else:
-        v, note = VERDICTS[1], (f"the 95% interval straddles the bound: it holds at the near end "
-                                f"({near:.4g}), not at the far end ({far:.4g})")
+    v = _decide({"kind": "bound", "op": op, "limit": limit}, est, low, high)
+    note = {VERDICTS[0]: "",
+            VERDICTS[2]: f"the bound fails even at the interval's near end ({near:.4g})",
+            VERDICTS[1]: (f"the 95% interval straddles the bound: it holds at the near end "
+                          f"({near:.4g}), not at the far end ({far:.4g})")}[v]
     return Judged(v, est, low, high, 1, note)
 
 
@@ -210,8 +205,7 @@ def _one(where: str, e: dict, data: dict) -> Judged:
         return parity(data["gaps"], e["tolerance"])
     if kind == "bound":
         return bound(data["estimate"], data["se"], e["op"], e["limit"])
-    spec = (lambda t: None if t is None else (t[0], t[1]))
-    return deterministic(data["value"], spec(e["holds"]), spec(e.get("in_part")))
+    return deterministic(data["value"], _spec(e["holds"]), _spec(e.get("in_part")))
 
 
 def judge(key: str, entry: dict, data: dict) -> Judged:
@@ -231,11 +225,10 @@ def judge(key: str, entry: dict, data: dict) -> Judged:
     return Judged(v, math.nan, math.nan, math.nan, min(j.n for j in each.values()), note, each)
 
 
-def reread(rule: dict, judged: dict) -> str:
-    """The verdict a stored record's rule gives for its stored estimate and interval (a
-    reader's check that the verdict follows from the numbers shown; ``judged`` as
-    :func:`lab.claims.registered` stores it)."""
-    kind, est, low, high = rule["kind"], judged["estimate"], judged["low"], judged["high"]
+def _decide(rule: dict, est: float, low: float, high: float) -> str:
+    """The verdict a rule gives an estimate and its 95% interval (module docstring): the one
+    decision behind :func:`ratio`, :func:`parity`, :func:`bound` and :func:`reread`."""
+    kind = rule["kind"]
     if kind == "ratio":
         return VERDICTS[0 if low >= rule["T"] else 1 if low > 1 else 2]
     if kind == "parity":
@@ -244,5 +237,15 @@ def reread(rule: dict, judged: dict) -> str:
         holds = _OPS[rule["op"]]
         far, near = (high, low) if rule["op"] == "<=" else (low, high)
         return VERDICTS[0 if holds(far, rule["limit"]) else 2 if not holds(near, rule["limit"]) else 1]
-    spec = (lambda t: None if t is None else (t[0], t[1]))
-    return verdict(est, spec(rule["holds"]), spec(rule.get("in_part")))
+    return verdict(est, _spec(rule["holds"]), _spec(rule.get("in_part")))
+
+
+def _spec(t):
+    return None if t is None else (t[0], t[1])
+
+
+def reread(rule: dict, judged: dict) -> str:
+    """The verdict a stored record's rule gives for its stored estimate and interval (a
+    reader's check that the verdict follows from the numbers shown; ``judged`` as
+    :func:`lab.claims.registered` stores it)."""
+    return _decide(rule, judged["estimate"], judged["low"], judged["high"])
