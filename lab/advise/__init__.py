@@ -22,7 +22,7 @@ __all__ = ["METHODS", "Method", "Prediction", "StepProfile", "advise", "converge
 
 
 def curves_for(model: str, methods=None, target: float | None = None, probe: bool = True,
-               use_cache: bool = True) -> dict | None:
+               use_cache: bool = True, progress: bool = False) -> dict | None:
     """The curves the advisor reads ``model``'s penalties from: ``None`` for the stored ones
     (:func:`~lab.advise.convergence`), else, with ``probe`` and a target accuracy (``target``
     or the model's default), curves measured on two local ranks and cached
@@ -32,13 +32,13 @@ def curves_for(model: str, methods=None, target: float | None = None, probe: boo
     if convergence(model).get("curves") or not probe or (target is None and model not in TARGETS):
         return None
     from .curves import probed
-    return probed(model, methods, target, use_cache)
+    return probed(model, methods, target, use_cache, progress)
 
 
 def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
            target: float | None = None, params: int | None = None,
            compute_ms: float | None = None, steps: int = 16, use_cache: bool = True,
-           probe: bool = True) -> list[Prediction]:
+           probe: bool = True, progress: bool = False) -> list[Prediction]:
     """Methods ranked by predicted time to target, fastest first.
 
     ``model`` is one of ``lab.models.names()``; or give ``params`` (a parameter count) and
@@ -55,7 +55,10 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     ``workers`` local ranks for ``steps`` steps once and cached. A model without stored curves
     has them measured once on two local ranks (``probe``, :func:`curves_for`; about half a
     minute, cached), or, with ``probe=False``, ``params``, or no target accuracy known for it
-    (give ``target``), borrows the stored models' penalties.
+    (give ``target``), borrows the stored models' penalties. ``progress``: what is measured
+    said on stderr as it goes (how long, where it is cached, a line per method); nothing
+    when every profile is cached. Each prediction's ``machine`` names the CPU its codec time
+    (and, without ``params``, its compute) was measured on (``lab.bench.table.machine``).
     """
     link = Network.parse(network)
     if link is None:
@@ -67,17 +70,22 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     if params is not None and (params <= 0 or compute_ms <= 0):
         raise ValueError(f"params and compute_ms must be > 0, got {params}, {compute_ms}")
     chosen = [get(m) for m in (methods or METHODS)]
-    profiles = measure(chosen, model=model, world=workers, steps=steps, use_cache=use_cache)
+    profiles = measure(chosen, model=model, world=workers, steps=steps, use_cache=use_cache,
+                       progress=progress)
     conv = None
     if params is not None:
         from .codec_speed import per_value
-        codec, server, _ = per_value(chosen, model, workers, params, use_cache)
+        codec, server, _ = per_value(chosen, model, workers, params, use_cache,
+                                     progress=progress)
         profiles = {k: _scaled(v, params, compute_ms / 1e3, codec[k] * params,
                                server * params * (v.world - 1))
                     for k, v in profiles.items()}
     else:
-        conv = curves_for(model, chosen, target, probe, use_cache)
-    return predict(profiles, workers, link, model, conv=conv, target=target)
+        conv = curves_for(model, chosen, target, probe, use_cache, progress)
+    from ..bench.table import machine
+    here = machine()
+    return [replace(r, machine=here)
+            for r in predict(profiles, workers, link, model, conv=conv, target=target)]
 
 
 def _scaled(prof: StepProfile, params: int, compute_s: float, codec_s: float,

@@ -33,7 +33,7 @@ import torch
 
 from ..comm import Collective
 from .methods import Method, base_config
-from .profile import _digest, _machine, cache_dir, write_cache
+from .profile import _digest, _machine, cache_dir, say, write_cache
 
 #: The most values a gradient is measured at (8 MB of fp32): past the caches, so per-value
 #: throughput is a memory-bound rate that holds for bigger models.
@@ -208,10 +208,12 @@ def _key(parts) -> str:
 
 
 def per_value(methods: list[Method], model: str, world: int, params: int,
-              use_cache: bool = True, repeats: int = REPEATS) -> tuple[dict, float, int]:
+              use_cache: bool = True, repeats: int = REPEATS, progress: bool = False
+              ) -> tuple[dict, float, int]:
     """(``{method: codec seconds per value}``, the parameter server's seconds per value of one
     gradient, the values measured at), for a model of ``params`` values on ``world`` ranks,
-    with ``model``'s layer shapes (see the module doc). Methods without a codec get 0."""
+    with ``model``'s layer shapes (see the module doc). Methods without a codec get 0.
+    ``progress``: one line on stderr before the codecs not cached are timed, one per codec."""
     from ..data import load
     from ..models import make
     n = sample_values(params, world)
@@ -226,13 +228,26 @@ def per_value(methods: list[Method], model: str, world: int, params: int,
     torch.set_num_threads(1)   # one process at a time, one core: as a rank computes
     try:
         out, fresh = {}, {}
+        keys = {m.name: _key((m.name, _digest(m.config(base)), model, world, values))
+                for m in methods if has_codec(m)}
+        todo = [m for m in methods if m.name in keys and keys[m.name] not in cached]
+        if progress and todo:
+            from ..bench.table import machine
+            say(f"timing {len(todo)} codecs on a gradient of {values:,} values as rank 0 of "
+                f"{world}, one process on one core of this machine ({machine()}); "
+                f"cached in {path}")
         for m in methods:
-            if not has_codec(m):
+            if m.name not in keys:
                 out[m.name] = 0.0
                 continue
-            key = _key((m.name, _digest(m.config(base)), model, world, values))
+            key = keys[m.name]
             if key not in cached:
+                t0 = time.perf_counter()
                 fresh[key] = _codec_seconds(m.config(base), base, world, shapes, repeats) / values
+                if progress:
+                    say(f"  timed {todo.index(m) + 1}/{len(todo)} {m.name}: "
+                        f"{1e9 * max(0.0, fresh[key]):.1f} ns a value "
+                        f"({time.perf_counter() - t0:.1f} s)")
             out[m.name] = max(0.0, {**cached, **fresh}[key])
         server = _key(("server", values))
         if server not in cached:

@@ -15,29 +15,29 @@ from __future__ import annotations
 import json
 
 from .methods import METHODS, TARGETS, Method, base_config
-from .profile import _digest, _machine, cache_dir, write_cache
+from .profile import _digest, _machine, cache_dir, run_configs, say, write_cache
 
 PROBE_WORLD, PROBE_STEPS, PROBE_EVERY = 2, 120, 5
 
 
 def measure_curves(methods: list[Method], model: str, world: int, steps: int,
-                   eval_every: int) -> dict:
+                   eval_every: int, progress: bool = False) -> dict:
     """``{method: [[step, accuracy], ...]}`` of one launch of ``world`` ranks training each of
     ``methods`` on ``model`` from ``lab.advise.methods.base_config``, evaluated every
-    ``eval_every`` steps."""
-    from ..train import train_many
-    hists = train_many([m.config(base_config(model, steps, eval_every)) for m in methods], world,
-                       progress=False, timeout=600 + 60 * len(methods))
+    ``eval_every`` steps (``progress``: a line on stderr as each method is done)."""
+    hists = run_configs([m.config(base_config(model, steps, eval_every)) for m in methods], world,
+                        "measured", progress, timeout=600 + 60 * len(methods))
     return {m.name: [[s, round(a, 4)] for s, a in zip(h.eval_step, h.test_acc)]
             for m, h in zip(methods, hists)}
 
 
 def probed(model: str, methods: list[Method] | None = None, target: float | None = None,
-           use_cache: bool = True) -> dict:
+           use_cache: bool = True, progress: bool = False) -> dict:
     """The curves of ``methods`` (default: all) on ``model`` measured at ``PROBE_WORLD``
     ranks for ``PROBE_STEPS`` steps, in the form :func:`lab.advise.convergence`
     returns (``target``, ``settings``, ``curves``). Cached per machine, model and method
-    settings; measured only for the methods missing from the cache."""
+    settings; measured only for the methods missing from the cache (``progress``: said on
+    stderr, with a line per method)."""
     target = TARGETS.get(model) if target is None else target
     if target is None:
         raise ValueError(f"model {model!r} has no stored curves and no default target accuracy "
@@ -49,7 +49,11 @@ def probed(model: str, methods: list[Method] | None = None, target: float | None
     digest = {m.name: _digest(m.config(base)) for m in methods}
     todo = [m for m in methods if cached.get(m.name, {}).get("config") != digest[m.name]]
     if todo:
-        got = measure_curves(todo, model, PROBE_WORLD, PROBE_STEPS, PROBE_EVERY)
+        if progress:
+            say(f"measuring {model}'s convergence curves for {len(todo)} methods on "
+                f"{PROBE_WORLD} local ranks, {PROBE_STEPS} steps each (once: about half a "
+                f"minute); " + (f"cached in {path}" if use_cache else "not cached"))
+        got = measure_curves(todo, model, PROBE_WORLD, PROBE_STEPS, PROBE_EVERY, progress)
         cached.update({name: {"config": digest[name], "curve": curve} for name, curve in got.items()})
         if use_cache:
             write_cache(path, cached)

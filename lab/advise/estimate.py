@@ -45,6 +45,7 @@ class Prediction:
     steps: float           # predicted steps to the target
     time_s: float          # predicted seconds to the target
     reason: str
+    machine: str = ""      # the CPU codec (and measured compute) times are from; "" unknown
 
     def as_dict(self) -> dict:
         return asdict(self)

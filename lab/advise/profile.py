@@ -7,8 +7,17 @@ bytes (:mod:`lab.comm.cost`), so that record prices the step's communication exa
 link. A profile is taken at the world size it will be priced at: compute per rank shrinks with
 the per-rank batch, an allgather's decoding grows with the ranks, and on a CPU the ranks share
 its cores, as the measured runs the advisor is checked against do.
+The traffic is what the ledger books per step. A synchronous schedule books each step's calls
+in that step, so the second half of the run gives it after any warm-up; an overlapping one
+(``fifo``, ``p3``: a thread sends while the next step computes) books an exchange when its call
+returns, up to a step late (its first step books nothing, a later one two exchanges), so a window
+that starts mid-run holds one exchange more or fewer than its steps (P3's profile had 1.125
+calls a step: fp32's bytes times 9/8). The whole run starts with nothing in flight and ends with
+every exchange done, so its ledger books exactly one exchange a step (Part 7's ledger check):
+an overlapping schedule's traffic is the whole run's.
 Profiles are cached per machine, model and method in ``~/.cache/lab/advise`` (override with
-``$LAB_ADVISE_CACHE``), since ``lab advise`` is meant to answer in seconds.
+``$LAB_ADVISE_CACHE``), since ``lab advise`` is meant to answer in seconds; measuring them takes
+about a minute the first time (:data:`FIRST_RUN`), and ``progress=True`` says so on stderr.
 """
 from __future__ import annotations
 
@@ -16,6 +25,8 @@ import hashlib
 import json
 import os
 import platform
+import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,14 +59,17 @@ class StepProfile:
 def summarise(history, method: str, model: str, params: int) -> StepProfile:
     """A StepProfile from a run's History: means over the second half of its steps (after
     warm-ups such as DGC's, and over whole periods of local SGD when steps are a multiple of
-    twice the period). A parameter server's History (rank 0 serves) gives the workers' compute
-    per gradient, the server's update time as ``server_s`` and, as ``comm_s``, the rest of its
-    step on loopback (receiving, replying and waiting for the workers)."""
+    twice the period); the traffic of an overlapping schedule (not ``sync``) over the whole run,
+    whose ledger books each step's exchange exactly once (see the module doc). A parameter
+    server's History (rank 0 serves) gives the workers' compute per gradient, the server's
+    update time as ``server_s`` and, as ``comm_s``, the rest of its step on loopback
+    (receiving, replying and waiting for the workers)."""
     n = history.steps
     if n < 2:
         raise ValueError(f"history must have at least 2 steps to profile, got {n}")
     tail = slice(n // 2, n)
-    steps = history.series.get("traffic", [])[tail]
+    booked = tail if history.config.get("schedule", "sync") == "sync" else slice(0, n)
+    steps = history.series.get("traffic", [])[booked]
     if not steps:
         raise ValueError("history has no 'traffic' series: it was not recorded by lab.train")
     traffic: dict = {}
@@ -102,14 +116,57 @@ def _machine() -> str:
 
 
 def _key(model: str, world: int) -> Path:
-    return cache_dir() / f"{_machine()}-{model}-w{world}-v2.json"   # v2: with loopback comm_s
+    # v2: with loopback comm_s; v3: an overlapping schedule's traffic over the whole run
+    return cache_dir() / f"{_machine()}-{model}-w{world}-v3.json"
+
+
+#: What the first run of ``python -m lab advise --params 25e6 --compute-ms 120 --workers 16``
+#: took on a busy 2-core machine: 57 s (45 s profiling the 14 methods on 16 ranks, 8 s timing
+#: the codecs); said up front when profiles are to be measured.
+FIRST_RUN = "the first run of every method at 16 ranks takes about a minute on 2 cores"
+
+
+def say(text: str) -> None:
+    """One line of progress on stderr (stdout keeps the answer, a table or JSON)."""
+    print(f"lab advise: {text}", file=sys.stderr, flush=True)
+
+
+def _run_ranks(ctx, configs, what: str, announce: bool):
+    """Worker: ``configs`` one after another, as ``lab.train.train_many`` runs them; with
+    ``announce``, rank 0 writes one line to stderr as each is done (the launcher forwards a
+    rank's stderr to the caller's as it comes)."""
+    from ..train import train_rank
+    out = []
+    for i, cfg in enumerate(configs):
+        t0 = time.perf_counter()
+        out.append(train_rank(ctx, cfg, f"{i + 1}/{len(configs)} {cfg.name}", stream=i))
+        if announce and ctx.rank == 0:
+            say(f"  {what} {i + 1}/{len(configs)} {cfg.name}: {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def run_configs(configs: list, world: int, what: str = "profiled", progress: bool = False,
+                timeout: float | None = None) -> list:
+    """``lab.train.train_many(configs, world)``, and with ``progress`` one line on stderr per
+    config as it finishes (``what``: the verb of that line)."""
+    from ..runtime import LaunchError, launch
+    from ..train.loop import _failed, _merge
+    for c in configs:
+        c.check_workers(world)
+    try:
+        results = launch(_run_ranks, world, configs, what, progress, device="cpu",
+                         progress=False, timeout=timeout or 60 + 30 * len(configs))
+    except LaunchError as err:
+        raise _failed(err, configs, world) from err
+    return [_merge([r[i] for r in results]) for i in range(len(configs))]
 
 
 def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: int = 16,
-            base=None, use_cache: bool = True) -> dict[str, StepProfile]:
+            base=None, use_cache: bool = True, progress: bool = False) -> dict[str, StepProfile]:
     """Profiles of ``methods`` on ``model``: cached ones are read, the rest measured in one
-    launch of ``world`` ranks for ``steps`` steps each."""
-    from ..train import train_many
+    launch of ``world`` ranks for ``steps`` steps each. ``progress``: say on stderr, before,
+    what is measured, how long a first run takes and where it is cached, then one line per
+    method as it is done."""
     from .methods import base_config
     if world < 1 or steps < 2:
         raise ValueError(f"world must be >= 1 and steps >= 2, got world={world}, steps={steps}")
@@ -121,7 +178,15 @@ def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: in
            if cached.get(m.name, {}).get("config") == digest[m.name]}
     todo = [m for m in methods if m.name not in out]
     if todo:
-        hists = train_many([m.config(base) for m in todo], world, progress=False)
+        if progress:
+            where = f"cached in {path}" if use_cache else "not cached (--no-cache)"
+            say(f"profiling {len(todo)} of {len(methods)} methods on {world} local ranks of "
+                f"this machine, {steps} steps each ({model}): once per machine, model and "
+                f"world size ({FIRST_RUN}); {where}, so later runs answer in seconds")
+        t0 = time.perf_counter()
+        hists = run_configs([m.config(base) for m in todo], world, "profiled", progress)
+        if progress:
+            say(f"profiled {len(todo)} methods in {time.perf_counter() - t0:.0f} s")
         for m, h in zip(todo, hists):
             out[m.name] = summarise(h, m.name, model, _params(base))
         if use_cache:

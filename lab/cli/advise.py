@@ -2,6 +2,11 @@
 
     python -m lab advise --model mlp --workers 8 --network 1Gbps,1ms
     python -m lab advise --params 25e6 --compute-ms 120 --workers 16 --network 10Gbps,0.1ms --json
+
+The first run on a machine profiles every method on --workers local ranks and times each codec
+(about a minute on 2 cores at 16 ranks), saying so on stderr as it goes; the results are cached
+in ~/.cache/lab/advise ($LAB_ADVISE_CACHE), so later runs answer in seconds. Codec times (and,
+without --params, compute) are this machine's, and the table names it.
 """
 from __future__ import annotations
 
@@ -55,16 +60,35 @@ def main(argv=None) -> int:
         ranked = advise(a.model, a.workers, a.network, a.methods, target=a.target,
                         params=None if a.params is None else int(a.params),
                         compute_ms=a.compute_ms, use_cache=not a.no_cache,
-                        probe=not a.no_probe)
+                        probe=not a.no_probe, progress=True)
     except ValueError as err:
         ap.error(str(err))
     if a.json:
         print(json.dumps([r.as_dict() for r in ranked], indent=1))
         return 0
+    for line in provenance(a, ranked[0].machine if ranked else ""):
+        print(line)
     print(f"{'rank':>4}  {'method':10s} {'family':15s} {'to target':>10s} {'ms/step':>8s} "
-          f"{'steps':>6s}  why")
+          f"{'codec ms':>8s} {'steps':>6s}  why")
     for i, r in enumerate(ranked, 1):
         t = "never" if r.time_s == float("inf") else f"{r.time_s:.2f} s"
         print(f"{i:>4}  {r.method:10s} {r.family:15s} {t:>10s} {1e3 * r.step_s:8.2f} "
-              f"{r.steps:6.0f}  {r.reason}")
+              f"{1e3 * r.codec_s:8.2f} {r.steps:6.0f}  {r.reason}")
     return 0
+
+
+def provenance(a, machine: str) -> list[str]:
+    """The lines above the table: where each part of ms/step comes from, codec times labelled
+    with the machine they were measured on."""
+    from ..comm.network import Network
+    link = Network.parse(a.network)
+    if a.params is None:
+        compute = (f"compute and codec ms this machine's ({machine}): measured on "
+                   f"{a.workers} local ranks sharing its cores ({a.model})")
+    else:
+        compute = (f"compute {a.compute_ms:g} ms (--compute-ms); codec ms this machine's "
+                   f"({machine}): timed per value in one process on one core, times "
+                   f"{int(a.params):,} values (another CPU, or a GPU, will differ)")
+    return [f"{a.workers} workers on {link.label}: ms/step = compute + codec + exposed "
+            f"communication (the link's alpha-beta model)",
+            f"  {compute}"]
