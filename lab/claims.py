@@ -156,18 +156,43 @@ def registered(key: str, entry: dict, judged, *, measured: str, substrate: str, 
     return rec
 
 
-def evidence(histories, clock: str = "measured", bytes: str | None = None) -> dict:
-    """The evidence behind a claim, read from the runs it is given (each a
-    :class:`lab.train.History`): per field (link, clock, bytes) the one value all runs share,
-    or ``"mixed: a, b"`` where they differ; plus ``runs``, how many runs (not evaluations)."""
-    each = [h.evidence(clock, bytes) for h in histories]
+def evidence(runs, clock: str = "measured", bytes: str | None = None, column=None) -> dict:
+    """The evidence behind a claim, read from the runs it is given: each a
+    :class:`lab.train.History`, or a benchmark row carrying its ``made`` entry
+    (:mod:`lab.bench.made`), whose ``column`` (a name, or several) is the number the claim
+    takes (its clock and bytes kinds are read from the row, not from ``clock``/``bytes``).
+    Per field (link, clock, bytes) the one value all runs share, or ``"mixed: a, b"`` where
+    they differ; plus ``runs``, how many runs (not evaluations), or ``rows``, how many
+    benchmark rows (each a measurement of its own)."""
+    runs = list(runs)
+    each = [_row_evidence(r, column) if isinstance(r, dict) else r.evidence(clock, bytes)
+            for r in runs]
     if not each:
         raise ValueError("evidence needs at least one run")
     out = {}
     for k in each[0]:
         vals = {e[k] for e in each}
         out[k] = vals.pop() if len(vals) == 1 else "mixed: " + ", ".join(sorted(map(str, vals)))
-    return {**out, "runs": len(each)}
+    rows = sum(isinstance(r, dict) for r in runs)
+    return {**out, **({"runs": len(runs) - rows} if rows < len(runs) else {}),
+            **({"rows": rows} if rows else {})}
+
+
+def _row_evidence(row: dict, column) -> dict:
+    """A benchmark row's evidence for the number(s) in ``column``, from its ``made`` entry."""
+    made = row.get("made")
+    if made is None:
+        raise ValueError(f"evidence: a benchmark row without its 'made' entry (keys {sorted(row)}); "
+                         "rows made before lab.bench.made carry none: re-run the benchmark")
+    cols = [column] if isinstance(column, str) else list(column or ())
+    if not cols:
+        raise ValueError("evidence: give column=, the row's number the claim takes")
+    missing = [c for c in cols if c not in row]
+    if missing:
+        raise ValueError(f"evidence: column {missing[0]!r} is not in the row (keys {sorted(row)})")
+    kinds = {k: {made[k].get(c) for c in cols} - {None} for k in ("clock", "bytes")}
+    one = lambda v: None if not v else v.pop() if len(v) == 1 else " + ".join(sorted(v))  # noqa: E731
+    return {"link": made["link"], "clock": one(kinds["clock"]), "bytes": one(kinds["bytes"])}
 
 
 # -- re-execution: a fresh verdict against the stored one ------------------------------------

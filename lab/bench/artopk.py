@@ -22,6 +22,7 @@ import time
 import torch
 
 from ..runtime import launch
+from .made import link_of, stamp
 from .table import print_rows
 
 SCHEMES = {
@@ -80,7 +81,8 @@ def _bench(ctx, size, density, networks, repeats):
                      "scheme": f"controller {method} (re-decision)",
                      "ms": 1e3 * statistics.median(decide), "x memcpy": statistics.median(decide) / copy,
                      "sent B": 0, "recv B": 0, "modeled ms": 0.0, "chosen": f"{ctl.density:.4f}"})
-    return rows
+    return stamp(rows, lambda r: link_of(r["network"]), clock={"ms": "wall", "modeled ms": "modeled"},
+                 bytes={"sent B": "handed over", "recv B": "handed over"})
 
 
 def _timed(fn) -> float:

@@ -31,6 +31,7 @@ import numpy as np
 from ..pipeline import PipelineConfig, train_many
 from ..pipeline.ablation import AUTHORS, ema_sweep, lookahead
 from ..pipeline.report import bytes_per_step, idle_share, lead, tokens_per_s
+from .made import stamp
 from .table import print_rows
 
 GPT = {"layers": 2, "dim": 32}
@@ -104,7 +105,8 @@ def overlap(meshes=((2, 2), (4, 2)), links=(FAST, SLOW), steps: int = 16, taus=T
                              "exposed wait ms": round(1e3 * float(np.mean(waits)), 1) if waits else 0.0,
                              "data B/step/replica": round(bytes_per_step(h)["data"] / replicas),
                              "final loss": round(float(np.mean(h.loss[-3:])), 3)})
-    return rows
+    return stamp(rows, "modeled", clock={"ms/step": "wall", "exposed wait ms": "wall"},
+                 bytes={"data B/step/replica": "handed over"})
 
 
 STRAGGLER_SCHEMES = {"GPipe + full averaging": dict(schedule="gpipe", dp="allreduce", optimizer="adamw"),
@@ -139,7 +141,8 @@ def straggler_row(who: str, name: str, h) -> dict:
 def stragglers(steps: int = 16, repeats: int = 1, **kw) -> list[dict]:
     cfgs = straggler_configs(steps, **kw)
     hs = fastest(list(cfgs.values()), repeats, timeout=120 + 40 * repeats * len(cfgs))
-    return [straggler_row(who, name, h) for (who, name), h in zip(cfgs, hs)]
+    return stamp([straggler_row(who, name, h) for (who, name), h in zip(cfgs, hs)], "modeled",
+                 clock={"tokens/s": "wall", "stage 0 idle": "wall"})
 
 
 def both_axes_configs(steps: int, link: str = SLOW, pp_link: str = SLOW,
@@ -165,6 +168,8 @@ def both_axes(steps: int = 40) -> tuple[list[dict], dict]:
         rows.append({"run": h.config["name"], "wall s": round(h.wall_s, 2),
                      "ms/step": round(1e3 * step_s(h), 1), "final loss": round(float(np.mean(h.loss[-5:])), 3),
                      "pipeline B/step": round(b["pipeline"]), "data B/step": round(b["data"])})
+    rows = stamp(rows, "modeled", clock={"wall s": "wall", "ms/step": "wall"},
+                 bytes={"pipeline B/step": "handed over", "data B/step": "handed over"})
     return rows, {k: {"loss": h.loss, "clock": [float(c) for c in h.clock]} for k, h in hs.items()}
 
 

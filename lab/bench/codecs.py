@@ -36,6 +36,7 @@ import torch
 
 from .. import compress
 from ..runtime.allocator import keep_freed_memory
+from .made import stamp
 from .table import print_rows
 
 DEFAULT = ("none", "fp16", "bf16", "sign", "scaled_sign", "efsgd", "onebit", "qsgd",
@@ -103,7 +104,8 @@ def _run(names, sizes, repeats, dev, split) -> list[dict]:
                 row["decode ms"] = 1e3 * _best(lambda: c.decompress(payload, ctx), repeats, sync)
             rows.append({**row, "GB/s": n * 4 / t / 1e9, "x memcpy time": t / copy,
                          "ratio": n * 4 / max(1, compress.wire_bytes(payload))})
-    return rows
+    return stamp(rows, "none", clock={c: "wall" for c in ("ms", "compress ms", "decode ms", "GB/s")},
+                 bytes={"ratio": "handed over"})
 
 
 #: targets against a device-to-device copy of the same tensor (the GPU issue): a cast's round
@@ -160,7 +162,8 @@ def against_copy(names=None, sizes=(2 ** 20, 2 ** 24, 2 ** 26), device: str = "c
                 row.update({"torch.topk ms": 1e3 * ref,
                             "x torch.topk": row["compress ms"] / (1e3 * ref),
                             "target": "compress <= torch.topk", "ok": row["compress ms"] <= 1e3 * ref})
-            yield row
+            yield stamp([row], "none", clock={c: "wall" for c in (
+                "copy ms", "compress ms", "decode ms", "ms", "torch.topk ms")})[0]
 
 
 def _cpu_best(fn, repeats: int, number: int) -> float:
@@ -210,7 +213,7 @@ def check_overhead(names=None, sizes=(2 ** 20,), repeats: int = 7, threads: int 
                          "check us": 1e6 * chk, "check % of decode": 100 * chk / dec,
                          "full check us": 1e6 * full,
                          "full check % of decode": 100 * full / dec})
-        return rows
+        return stamp(rows, "none", clock={"decode ms": "cpu", "check us": "cpu", "full check us": "cpu"})
 
 
 #: the codecs training uses, and the casts they are measured against (issue 31 item 4:
@@ -240,7 +243,7 @@ def small_overhead(names=None, sizes=(1000, 2 ** 16), repeats: int = 7, threads:
             dec = _cpu_best(lambda: c.decompress(payload, ctx), repeats, number)
             rows.append({"codec": name, "elements": n, "compress us": 1e6 * enc,
                          "decompress us": 1e6 * dec})
-        return rows
+        return stamp(rows, "none", clock={"compress us": "cpu", "decompress us": "cpu"})
 
 
 class _GraceFP16:
@@ -326,7 +329,7 @@ def against_grace(sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 7, path: str
                 rows.append({"codec": name, "elements": n, "lab ms": 1e3 * t_ours,
                              f"grace ({how}) ms": 1e3 * t_grace, "lab / grace": t_ours / t_grace,
                              "lab x copy": t_ours / copy, "grace x copy": t_grace / copy})
-        return rows
+        return stamp(rows, "none", clock={"lab ms": "wall", f"grace ({how}) ms": "wall"})
 
 
 def main(argv=None) -> list[dict]:

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from ..comm import AlphaBeta, Collective
 from ..comm.measure import sweep
 from ..runtime import launch
+from .made import stamp
 
 
 def _overhead(ctx, sizes, iters):
@@ -31,7 +32,7 @@ def _overhead(ctx, sizes, iters):
         res = {k: statistics.median(v) for k, v in samples.items()}
         rows.append({"bytes": n, "raw us": res["raw"] * 1e6, "lab us": res["lab"] * 1e6,
                      "overhead %": 100 * (res["lab"] / res["raw"] - 1)})
-    return rows
+    return stamp(rows, "none", clock={"raw us": "wall", "lab us": "wall"}, bytes={"bytes": "handed over"})
 
 
 def bookkeeping_us(calls: int = 20000) -> float:
@@ -61,4 +62,6 @@ def fit(worlds=(2, 4), sizes=(2 ** 10, 2 ** 14, 2 ** 17, 2 ** 20, 2 ** 22), repe
     ab = AlphaBeta.fit(samples)
     rows = [{"op": op, "p": p, "bytes": n, "measured ms": t * 1e3,
              "model ms": ab.time(op, n, p) * 1e3} for op, n, p, t in samples]
+    rows = stamp(rows, "none", clock={"measured ms": "wall", "model ms": "modeled"},
+                 bytes={"bytes": "handed over"})
     return ab, rows

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from ..advise.methods import TARGETS  # the grid's targets, re-exported
+from .made import stamp
 from .table import machine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +145,9 @@ def timed(model: str, worlds, links, steps: int, eval_every: int, methods=None,
                                  "bytes_per_step": float(sum(h.bytes) / h.steps),
                                  "final_acc": round(h.test_acc[-1], 4),
                                  **({"repeat": r} if repeats > 1 else {})})
+                    stamp(rows[-1:], h.link, clock={"time_s": "wall", "modeled_s": "modeled",
+                                                    "step_s": "wall"},
+                          bytes={"bytes_per_step": "handed over"})
             if flush is not None:
                 flush(rows)
     return rows

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..runtime import launch
+from .made import stamp
 from .table import machine, print_rows
 
 HOOKS = ("allreduce (DDP default)", "torch fp16_compress_hook", "lab codec_hook fp16",
@@ -112,7 +113,7 @@ def run(world: int = 1, backend: str = "auto", device: str = "auto", hidden: int
             row["x torch"] = round(ms / (1e3 * r0[ref][0]), 3)
             row["param diff"] = float(f"{max(float((r[name][1] - r[ref][1]).abs().max()) for r in res):.3g}")
         rows.append(row)
-    return rows
+    return stamp(rows, "none", clock={"ms/step": "wall"})
 
 
 def main(argv=None) -> int:

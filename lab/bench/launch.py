@@ -10,6 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..runtime import launch
+from .made import stamp
 
 
 def _noop(ctx):
@@ -54,4 +55,4 @@ def run(world: int = 4, repeats: int = 3) -> list[dict]:
         r["vs raw"] = r["median s"] / base
     rows.append({"method": f"cpu cores: {os.cpu_count()}", "ranks": "", "median s": "",
                  "min s": "", "vs raw": ""})
-    return rows
+    return stamp(rows, "none", clock={"median s": "wall", "min s": "wall"})

@@ -33,6 +33,7 @@ import torch
 
 from ..comm import Network
 from ..comm.cost import AlphaBeta
+from .made import stamp
 from .table import machine, print_rows
 
 OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter", "send")
@@ -126,6 +127,9 @@ def run(links=LINKS, ranks=(2, 4), ops=OPS, sizes=SIZES, repeats: int = 3,
                              **({"emulated ms": round(1e3 * emu[i]["s"], 3)} if emu else {}),
                              "nic sent": r0["nic sent"], "wire sent": r0["wire sent"],
                              "nic recv": r0["nic recv"], "wire recv": r0["wire recv"]})
+                stamp(rows[-1:], "kernel", clock={"kernel ms": "wall", "model ms": "modeled"},
+                      bytes={"bytes": "handed over", "nic sent": "nic", "nic recv": "nic",
+                             "wire sent": "on the wire", "wire recv": "on the wire"})
                 if n >= FIT_MIN:
                     samples.setdefault(op, []).append((op, n, p if op != "send" else 2, k["s"]))
             for op, rows_op in samples.items():  # one fit per collective: they differ
@@ -135,7 +139,7 @@ def run(links=LINKS, ranks=(2, 4), ops=OPS, sizes=SIZES, repeats: int = 3,
                 fits.append({"link": spec, "ranks": p, "op": op, "alpha us": round(1e6 * fit.alpha, 1),
                              "fitted Mb/s": round(8e-6 * fit.bandwidth, 1),
                              "link Mb/s": round(8e-6 * net.bandwidth, 1)})
-    return {"rows": rows, "fits": fits}
+    return {"rows": rows, "fits": stamp(fits, "kernel")}
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ import time
 import torch
 
 from ..runtime import launch
+from .made import stamp
 from .table import print_rows
 
 METHODS = {  # label -> (aggregator, aggregator kwargs, codec, codec kwargs)
@@ -74,7 +75,8 @@ def _methods(ctx, model_name: str, repeats: int):
         rows.append({"model": model_name, "method": label,
                      "aggregate_ms": 1e3 * statistics.median(times), "codec_ms": codec_ms,
                      "bytes_per_step": comm.ledger.total_bytes() / repeats})
-    return rows
+    return stamp(rows, "none", clock={"aggregate_ms": "wall", "codec_ms": "wall"},
+                 bytes={"bytes_per_step": "handed over"})
 
 
 def methods(repeats: int) -> list[dict]:
@@ -122,7 +124,8 @@ def _hook_both(ctx, steps: int, rank: int):
 
 def hook(steps: int, rank: int = 2) -> dict:
     res = launch(_hook_both, 2, steps, rank, progress=False)[0]
-    return {"torch_ms": res["torch"], "lab_ms": res["lab"], "ratio": res["lab"] / res["torch"]}
+    return stamp([{"torch_ms": res["torch"], "lab_ms": res["lab"], "ratio": res["lab"] / res["torch"]}],
+                 "none", clock={"torch_ms": "wall", "lab_ms": "wall"})[0]
 
 
 def main(argv=None) -> dict:

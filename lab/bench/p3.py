@@ -32,6 +32,7 @@ import torch
 from ..runtime import launch
 from ..schedule import plan
 from ..train import TrainConfig, train_many
+from .made import link_of, stamp
 from .table import machine, print_rows
 
 SCHEDULES = ("sync", "fifo", "slicing-only", "priority-only", "p3")
@@ -156,7 +157,8 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                         "loss - sync": float(f"{got[n, s]['loss'][-1] - loss:.2g}"),
                         "param diff": float(f"{got[n, s]['param_diff']:.2g}"),
                         "diff, same slices": float(f"{got[n, s]['ref_diff']:.2g}")})
-    return rows
+    return stamp(rows, lambda r: link_of(r["link"], kernel=link == "kernel"),
+                 clock={"ms/step": "wall", "predicted ms": "modeled"}, bytes={"bytes/step": "handed over"})
 
 
 def paired(base: dict, other: dict) -> tuple[float, float, float]:
@@ -321,7 +323,8 @@ def engine_cost(network: str = "1Gbps,0.1ms", workers: int = 2, rounds: int = 6,
             row["layer 0 after backward ms"] = round(1e3 * float(np.median(lag[name])), 2)
             row["p90 ms"] = round(1e3 * float(np.percentile(lag[name], 90)), 2)
         rows.append(row)
-    return rows
+    return stamp(rows, "modeled", clock={c: "wall" for c in ("ms/step", "compute ms",
+                                                             "layer 0 after backward ms", "p90 ms")})
 
 
 def _ddp_worker(ctx, steps: int):
@@ -356,7 +359,8 @@ def _ddp_worker(ctx, steps: int):
 def ddp_hook(workers: int = 2, steps: int = 30) -> list[dict]:
     t = launch(_ddp_worker, workers, steps, timeout=300)[0]
     ref = t["torch fp16_compress_hook"]
-    return [{"hook": k, "ms/step": round(1e3 * v, 2), "x torch": round(v / ref, 3)} for k, v in t.items()]
+    return stamp([{"hook": k, "ms/step": round(1e3 * v, 2), "x torch": round(v / ref, 3)}
+                  for k, v in t.items()], "none", clock={"ms/step": "wall"})
 
 
 def load() -> str:

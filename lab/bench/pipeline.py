@@ -16,6 +16,7 @@ from ..pipeline import PipelineConfig, train_many
 from ..pipeline.config import SCHEDULES
 from ..pipeline.gpipe import bubble_fraction
 from ..pipeline.report import bubble, bytes_per_step, tokens_per_s
+from .made import stamp
 from .table import print_rows
 
 NETWORKS = ("1Gbps,0.5ms", "100Mbps,2ms")
@@ -32,7 +33,8 @@ def schedules(steps: int = 12, networks=NETWORKS, stretch: float = 10.0) -> list
                      "bubble": round(bubble(h), 3),
                      "gpipe formula": round(bubble_fraction(4, 4), 3) if c.schedule in ("gpipe", "1f1b") else 0.0,
                      "pipeline B/step": round(bytes_per_step(h)["pipeline"])})
-    return rows
+    return stamp(rows, "modeled", clock={"tokens/s": "wall", "bubble": "wall"},
+                 bytes={"pipeline B/step": "handed over"})
 
 
 def axes(steps: int = 6) -> list[dict]:
@@ -47,7 +49,8 @@ def axes(steps: int = 6) -> list[dict]:
         rows.append({"data axis": c.dp + (f" {c.dp_kw['fraction']:.0%}" if c.dp_kw else ""),
                      "pipeline B/step (all ranks)": round(b["pipeline"]),
                      "data B/step (all ranks)": round(b["data"])})
-    return rows
+    return stamp(rows, "none", bytes={"pipeline B/step (all ranks)": "handed over",
+                                      "data B/step (all ranks)": "handed over"})
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,7 @@ import json
 import numpy as np
 
 from ..train import TrainConfig, train, train_many
+from .made import stamp
 from .table import print_rows
 
 
@@ -37,7 +38,9 @@ def run(workers=(2, 4, 8), steps: int = 40, model: str = "mlp") -> list[dict]:
                          "allreduce B/step/rank": int(ar_rank),
                          "allreduce B/step all": int(ar_all),
                          "server / allreduce rank": server / ar_rank})
-    return rows
+    return stamp(rows, "none", clock={"updates/s": "wall", "gradients/s": "wall"},
+                 bytes={c: "handed over" for c in ("server B/step", "allreduce B/step/rank",
+                                                  "allreduce B/step all")})
 
 
 def main(argv=None) -> list[dict]:
@@ -101,4 +104,4 @@ def p3_table(model: str = "vgg", networks=P3_NETWORKS, ranks: int = 4, steps: in
                             "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
                             "loss - kvstore": float(f"{per[n, label][0][1] - per[n, base][0][1]:.2g}")})
             rows.append(row)
-    return rows
+    return stamp(rows, "modeled", clock={"ms/step": "wall"})

@@ -18,7 +18,9 @@ import torch
 
 from ..aggregate import make
 from ..comm import Collective
+from .made import stamp
 from .table import median_seconds
+from .table import print_rows
 
 RULES = {"mean (baseline)": None, "krum": {"f": 1}, "multikrum": {"f": 1}, "median": {},
          "trimmed_mean": {"f": 1}, "centered_clip": {"tau": 1.0}}
@@ -38,7 +40,7 @@ def time_rules(ns=(8, 16), d: int = 1_000_000, repeats: int = 3, seed: int = 0) 
                 t = median_seconds(lambda: rule.rule(v, 0), repeats)
             first = first or t
             rows.append({"rule": name, "n": n, "d": d, "ms": 1e3 * t, "x vs n=first": t / first})
-    return rows
+    return stamp(rows, "none", clock={"ms": "wall"})
 
 
 def averaging_bytes(steps: int = 32, workers: int = 4) -> list[dict]:
@@ -52,8 +54,9 @@ def averaging_bytes(steps: int = 32, workers: int = 4) -> list[dict]:
             "oneshot": base.with_(averaging="oneshot")}
     hs = train_many(list(cfgs.values()), workers, progress=False)
     dense = hs[0].rank_bytes[0] / steps
-    return [{"scheme": k, "bytes/step": h.rank_bytes[0] / steps,
-             "vs sync fp32": dense / (h.rank_bytes[0] / steps)} for k, h in zip(cfgs, hs)]
+    return stamp([{"scheme": k, "bytes/step": h.rank_bytes[0] / steps,
+                   "vs sync fp32": dense / (h.rank_bytes[0] / steps)} for k, h in zip(cfgs, hs)],
+                 "none", bytes={"bytes/step": "handed over"})
 
 
 def main(argv=None):
@@ -70,10 +73,8 @@ def main(argv=None):
     if a.json:
         print(json.dumps({"rules": rules, "averaging": avg}))
     else:
-        from ..textable import format_rows
-        cell = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
-        print(format_rows(rules, cell), "\n")
-        print(format_rows(avg, cell))
+        print_rows(rules, "robust rules: time to combine n gradients")
+        print_rows(avg, "averaging schemes: bytes a step against sync fp32")
     return {"rules": rules, "averaging": avg}
 
 

@@ -8,8 +8,18 @@ from ..textable import format_rows
 
 
 def print_rows(rows: list[dict], title: str = "") -> None:
+    """``rows`` as a table under ``title``; how their numbers were made (each row's ``made``,
+    :mod:`lab.bench.made`) once under the title where the rows share it, else as a column."""
+    from .made import describe
     if title:
         print(f"\n== {title} ==")
+    made = [r.get("made") for r in rows]
+    if rows and all(m == made[0] for m in made) and made[0] is not None:
+        print(f"(made: {describe(made[0])})")
+        rows = [{k: v for k, v in r.items() if k != "made"} for r in rows]
+    else:
+        rows = [{**{k: v for k, v in r.items() if k != "made"},
+                 **({"made": describe(r["made"])} if r.get("made") else {})} for r in rows]
     if rows:
         print(format_rows(rows, cell=_s, rule=False))
 

@@ -17,6 +17,7 @@ import sys
 import torch
 
 from ..compress import make
+from .made import stamp
 from .table import median_seconds
 from ..compress.topk import resolve_k, topk_indices
 from ..compress.topk_sampled import sampled_topk_indices
@@ -51,7 +52,8 @@ def run(sizes=(1_000_000, 10_000_000), densities=(0.01, 0.001), repeats: int = 5
                 exact_recall=float(truth[got_e].sum()) / k,
                 sampled_recall=float(truth[got_s].sum()) / k, sampled_count=int(got_s.numel()),
                 exact_compress_ms=1e3 * c_exact, sampled_compress_ms=1e3 * c_sampled))
-    return rows
+    return stamp(rows, "none", clock={c: "wall" for c in ("torch_ms", "exact_ms", "sampled_ms",
+                                                         "exact_compress_ms", "sampled_compress_ms")})
 
 
 def format_table(rows: list[dict]) -> str:
