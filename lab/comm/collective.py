@@ -84,6 +84,8 @@ class Collective:
 
     @property
     def network(self) -> Network | None:
+        """The link every call is slowed to (``None``: no emulation, calls run at the speed of
+        the process group). Settable during a run, to a :class:`Network` or a preset's name."""
         return self._network
 
     @network.setter
@@ -225,6 +227,8 @@ class Collective:
         return out
 
     def broadcast(self, t: torch.Tensor, src: int = 0, tag: str = "") -> torch.Tensor:
+        """Copy rank ``src``'s ``t`` into ``t`` on every rank, in place; returns ``t``. Only
+        ``src`` records the bytes as sent, the others as received."""
         self._check_rank(src, "src")
         w = self._wire(t)
         self._run("broadcast", tag, _nbytes(w) if self.rank == src else 0,
@@ -349,6 +353,7 @@ class Collective:
 
     # -- point to point -------------------------------------------------------------------
     def send(self, t: torch.Tensor, dst: int, tag: str = "") -> None:
+        """Send ``t`` to rank ``dst`` (blocking, matched by its :meth:`recv`); records its bytes."""
         self._check_rank(dst, "dst")
         w = self._wire(t)
         self._run("send", tag, _nbytes(w), lambda: dist.send(w, dst, group=self.group), recv=0,
@@ -392,6 +397,7 @@ class Collective:
         return recv_t
 
     def barrier(self, tag: str = "") -> None:
+        """Wait until every rank has reached this call; records zero bytes."""
         self._run("barrier", tag, 0, lambda: dist.barrier(group=self.group), recv=0, wire=(0, 0))
 
     # -- helpers --------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def ps_push_pull(n: float, p: int, alpha: float, beta: float, servers: int = 1,
 
 
 def allreduce(n: float, p: int, alpha: float, beta: float, algorithm: str = "ring") -> float:
+    """Allreduce of ``n`` bytes by ``algorithm``: :func:`allreduce_ring` or
+    :func:`allreduce_tree`."""
     if algorithm not in ("ring", "tree"):
         raise ValueError(f"algorithm must be 'ring' or 'tree', got {algorithm!r}")
     return (allreduce_ring if algorithm == "ring" else allreduce_tree)(n, p, alpha, beta)

@@ -139,12 +139,17 @@ class KernelCluster:
         self._made: list[str] = []
 
     def namespace(self, rank: int) -> str:
+        """The name of rank ``rank``'s network namespace (its node on the switch)."""
         return f"{self.name}-{rank}"
 
     def address(self, rank: int) -> str:
+        """Rank ``rank``'s IPv4 address on the cluster's subnet (rank 0's hosts the store)."""
         return f"{SUBNET}.{rank + 2}"
 
     def up(self) -> "KernelCluster":
+        """Make the switch, one namespace and shaped NIC per rank; returns the cluster.
+        Raises ``RuntimeError`` where kernel links cannot be made (:func:`unavailable` says
+        why); if a step fails, what was already made is removed before the error propagates."""
         why = unavailable()
         if why:
             raise RuntimeError(f"link='kernel' is not available here: {why}; "
@@ -240,6 +245,8 @@ class KernelCluster:
         return box["out"]
 
     def down(self) -> None:
+        """Delete every namespace this cluster made (safe to call twice, or after a failed
+        :meth:`up`)."""
         for n in self._made:
             subprocess.run(["ip", "netns", "del", n], capture_output=True)
         self._made = []

@@ -33,13 +33,19 @@ class CommLedger:
 
     def add(self, op: str, tag: str, nbytes: int, seconds: float, modeled: float = 0.0,
             recv_bytes: int = 0, wire: tuple[int, int] = (0, 0)) -> None:
+        """Append one record, stamped with the current ``step``. :class:`Collective` calls this
+        for every op; ``wire`` is (bytes sent, bytes received) on this rank's wire."""
         self.records.append(CommRecord(op, tag, int(nbytes), seconds, modeled, self.step,
                                        int(recv_bytes), int(wire[0]), int(wire[1])))
 
     def total_bytes(self, op: str | None = None, tag: str | None = None) -> int:
+        """Bytes this rank handed to ``torch.distributed``, summed over the records matching
+        ``op`` and ``tag`` (``None``: any op, any tag)."""
         return sum(r.bytes for r in self._select(op, tag))
 
     def total_received(self, op: str | None = None, tag: str | None = None) -> int:
+        """Bytes that arrived in this rank's buffers from other ranks, over the matching
+        records (``None``: any op, any tag)."""
         return sum(r.recv_bytes for r in self._select(op, tag))
 
     def total_wire(self, op: str | None = None, tag: str | None = None) -> tuple[int, int]:
@@ -48,12 +54,17 @@ class CommLedger:
         return sum(r.wire_sent for r in rs), sum(r.wire_recv for r in rs)
 
     def total_seconds(self, op: str | None = None, tag: str | None = None) -> float:
+        """Measured wall time of the matching calls, emulated delays included (``None``: any
+        op, any tag)."""
         return sum(r.seconds for r in self._select(op, tag))
 
     def total_modeled(self, op: str | None = None, tag: str | None = None) -> float:
+        """Alpha-beta time of the matching calls on the configured network; 0 for calls made
+        without one (``None``: any op, any tag)."""
         return sum(r.modeled for r in self._select(op, tag))
 
     def by_op(self) -> dict[str, int]:
+        """Bytes sent, per op name (``{"allreduce": ..., "allgather": ...}``)."""
         out: dict[str, int] = defaultdict(int)
         for r in self.records:
             out[r.op] += r.bytes
@@ -64,12 +75,15 @@ class CommLedger:
         return len(self.records)
 
     def since(self, mark: int) -> list[CommRecord]:
+        """The records added after :meth:`mark` returned ``mark``."""
         return self.records[mark:]
 
     def clear(self) -> None:
+        """Drop every record (``step`` is kept)."""
         self.records.clear()
 
     def to_dicts(self) -> list[dict]:
+        """The records as plain dicts, one per call, e.g. for a DataFrame or JSON."""
         return [r._asdict() for r in self.records]
 
     def _select(self, op, tag):

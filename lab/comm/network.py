@@ -47,13 +47,17 @@ class Network:
 
     @property
     def cost(self) -> AlphaBeta:
+        """The link as an alpha-beta model: ``alpha`` = latency, ``beta`` = seconds per byte."""
         return AlphaBeta(self.latency, 1.0 / self.bandwidth)
 
     def time(self, op: str, nbytes: float, p: int) -> float:
+        """Modeled seconds of collective ``op`` moving ``nbytes`` among ``p`` ranks on this
+        link (allreduce by the link's ``algorithm``); see :meth:`~lab.comm.AlphaBeta.time`."""
         return self.cost.time(op, nbytes, p, self.algorithm)
 
     @property
     def label(self) -> str:
+        """A name for tables and plots: ``name`` if given, else rate and latency."""
         return self.name or f"{_fmt_bits(self.bandwidth * 8)}, {self.latency * 1e3:g} ms"
 
     @classmethod
@@ -188,10 +192,14 @@ class NetworkSchedule:
 
     @property
     def label(self) -> str:
+        """The schedule written back as ``"LINK:STEPS LINK:STEPS"``, with each link's label."""
         return " ".join(f"{n.label}:{s}" for n, s in self.segments)
 
     @classmethod
     def parse(cls, spec) -> "NetworkSchedule | None":
+        """A schedule from ``spec``: a string of ``LINK:STEPS`` segments, a list of
+        ``(network, steps)``, a NetworkSchedule (returned as is), or ``None`` (no schedule: the
+        run keeps one network)."""
         if spec is None or isinstance(spec, NetworkSchedule):
             return spec
         if isinstance(spec, str):

@@ -37,7 +37,16 @@ from ..compress import Compressor, ErrorFeedback
 
 
 class CodecHookState:
-    """What the hook needs: a codec (optionally with error feedback) and a counting Collective."""
+    """What the hook needs: a codec (optionally with error feedback) and a counting Collective.
+
+    ``compressor``: any :class:`~lab.compress.Compressor`, e.g. ``lab.compress.make("topk")``.
+    ``error_feedback``: wrap it in :class:`~lab.compress.ErrorFeedback`, so that what a bucket's
+    compression drops is added back the next step. ``comm``: the
+    :class:`~lab.comm.Collective` to send through; ``None`` makes a new one on the default
+    process group, with a fresh ledger and no emulated link. Pass your own to count the bytes
+    in a ledger you already hold or to slow the exchange to a :class:`~lab.comm.Network`.
+    Every byte the hook sends is recorded in ``state.comm.ledger``.
+    """
 
     def __init__(self, compressor: Compressor, error_feedback: bool = False,
                  comm: Optional[Collective] = None):

@@ -68,6 +68,7 @@ def latest(directory):
 
 
 def read_meta(path) -> dict:
+    """The ``meta.json`` of checkpoint directory ``path``: kind of run, step, world size, config."""
     with open(Path(path) / "meta.json") as f:
         return json.load(f)
 
@@ -102,6 +103,7 @@ def rng_state() -> dict:
 
 
 def set_rng_state(s: dict) -> None:
+    """Restore the generators saved by :func:`rng_state`."""
     torch.set_rng_state(s["torch"])
     np.random.set_state(s["numpy"])
     random.setstate(s["python"])

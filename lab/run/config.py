@@ -87,10 +87,12 @@ class TrainConfig:
 
     @property
     def net(self) -> Network | None:
+        """``network`` parsed into a :class:`~lab.comm.Network` (``None``: no emulated link)."""
         return Network.parse(self.network)
 
     @property
     def net_schedule(self) -> NetworkSchedule | None:
+        """``network_schedule`` parsed (``None``: no schedule, the link stays ``network``)."""
         return NetworkSchedule.parse(self.network_schedule)
 
     def network_at(self, step: int) -> Network | None:
@@ -100,6 +102,9 @@ class TrainConfig:
 
     @property
     def name(self) -> str:
+        """A short name for tables and legends: ``label`` if set, else the first scheme that
+        differs from the plain default (sync mode, schedule, averaging, aggregator), else the
+        compressor with ``+ef`` and its arguments."""
         if self.label:
             return self.label
         for field_, default in (("sync", "allreduce"), ("schedule", "sync"),
@@ -117,6 +122,8 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
+        """The config as plain JSON-ready values (links written as their labels), plus its
+        ``name``: what a run's record stores."""
         d = dataclasses.asdict(self)
         net = self.net
         d["network"] = None if net is None else net.label

@@ -25,6 +25,7 @@ class Straggler:
 
     @property
     def active(self) -> bool:
+        """Whether this rank is slowed at all (a factor above 1 or some jitter)."""
         return self.factor > 1.0 or self.jitter > 0.0
 
     def pause(self, compute_s: float) -> float:

@@ -19,6 +19,8 @@ class Tail:
         self.sizes: dict = {}
 
     def delta(self, h: History) -> dict:
+        """What ``h`` gained since the last call: the new entries of each list and series
+        (a scalar series whole), and the current ``wall_s``; :func:`extend` applies it."""
         out: dict = {"wall_s": h.wall_s}
         for k in _LISTS:
             v = getattr(h, k)

@@ -29,6 +29,7 @@ class RankContext:
 
     @property
     def is_main(self) -> bool:
+        """True on rank 0, the rank that by convention prints and saves for all of them."""
         return self.rank == 0
 
     def progress(self, done: int, total: int, desc: str = "") -> None:
@@ -86,6 +87,8 @@ def pick_backend(world_size: int, backend: str = "auto", device: str = "auto") -
 
 
 def rank_device(rank: int, kind: str) -> torch.device:
+    """The device of rank ``rank`` for device kind ``kind``: GPU ``rank`` modulo the GPU count
+    (made current) for ``"cuda"``, else the CPU."""
     if kind == "cuda":
         d = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(d)

@@ -29,6 +29,8 @@ class StderrTail:
         open(path, "wb").close()
 
     def poll(self) -> None:
+        """Forward what the rank wrote since the last poll and keep its last lines; a file not
+        readable (yet) is skipped until the next poll."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -47,6 +49,7 @@ class StderrTail:
         self.lines.extend(done)
 
     def tail(self) -> str:
+        """The rank's last stderr lines (after a final :meth:`poll`), for its error message."""
         self.poll()
         return "\n".join([*self.lines, self.partial] if self.partial else self.lines).strip("\n")
 
@@ -79,6 +82,7 @@ def summary(exc: BaseException) -> str:
 
 
 def signal_name(signum: int) -> str:
+    """``"SIGSEGV"`` for 11 and so on; ``"signal N"`` for a number with no name."""
     try:
         return signal.Signals(signum).name
     except ValueError:

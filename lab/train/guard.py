@@ -97,19 +97,24 @@ class CheckedSend:
         self.checked = not (getattr(self.attack, "byzantine", False) and robust(engine.aggregator))
 
     def on_batch(self, x, y, step):
+        """The attack's batch, passed through: only what is sent is checked."""
         return self.attack.on_batch(x, y, step)
 
     def on_gradient(self, grads, step):
+        """The attack's gradient, raising :class:`Diverged` if it holds a NaN or an Inf (unless
+        a robust aggregator is meant to drop a Byzantine rank's NaN)."""
         out = self.attack.on_gradient(grads, step)
         if self.checked and not finite(out):
             raise Diverged(message(step, self.engine.rank, out, self.engine, "the gradient"))
         return out
 
     def state_dict(self) -> dict:
+        """The attack's state, for a checkpoint (the check itself keeps none)."""
         from .. import state
         return state.state_dict(self.attack)
 
     def load_state_dict(self, saved: dict) -> None:
+        """Restore the attack's state from :meth:`state_dict`'s output."""
         from .. import state
         state.load_state_dict(self.attack, saved)
 
