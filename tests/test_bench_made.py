@@ -85,3 +85,23 @@ def test_rows_from_launched_ranks_carry_made():
     ab, rows = collectives.fit(worlds=(2,), sizes=(1024, 4096), repeats=1)
     for r in rows + collectives.overhead(sizes=(4096,), iters=2):
         _valid(r)
+
+
+def test_bench_help_is_whole_and_shows_defaults():
+    """``bench --help`` gives each benchmark's first sentence whole; a benchmark's own
+    ``--help`` shows its flags' defaults and no reST markup."""
+
+    from lab.bench import ps
+    from lab.cli.bench import listing
+    line = next(ln for ln in listing().splitlines() if ln.strip().startswith("ps "))
+    assert line.rstrip().endswith("(own flags)") and "; and (" not in line and "``" not in line
+    with pytest.raises(SystemExit):
+        ps.main(["--help"])
+
+
+def test_a_benchmarks_help_shows_defaults(capsys):
+    from lab.bench import ps
+    with pytest.raises(SystemExit):
+        ps.main(["--help"])
+    out = capsys.readouterr().out
+    assert "training steps per run (default: 40)" in out and "``" not in out and ":func:" not in out

@@ -13,7 +13,6 @@ pick alone, or the lab's grid search), for the authors' method and the grid.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -23,7 +22,7 @@ import torch
 
 from ..runtime import launch
 from .made import link_of, stamp
-from .table import print_rows
+from .table import bench_parser, print_rows
 
 SCHEMES = {
     "artopk star (ring)": ("artopk", dict(variant="star", collective="ring")),
@@ -102,7 +101,7 @@ def run(size=1_000_000, density=0.01, workers=(2, 4), networks=("none", "1Gbps,1
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(prog="python -m lab bench artopk", description=__doc__.split("\n")[0])
+    ap = bench_parser("artopk", __doc__)
     ap.add_argument("--size", type=int, default=None, help="gradient entries (default 1M; quick 200k)")
     ap.add_argument("--density", type=float, default=0.01, help="fraction of entries kept (default 0.01)")
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="world sizes (default: 2 4)")

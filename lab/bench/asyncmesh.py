@@ -23,7 +23,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -32,7 +31,7 @@ from ..pipeline import PipelineConfig, train_many
 from ..pipeline.ablation import AUTHORS, ema_sweep, lookahead
 from ..pipeline.report import bytes_per_step, idle_share, lead, tokens_per_s
 from .made import stamp
-from .table import print_rows
+from .table import bench_parser, print_rows
 
 GPT = {"layers": 2, "dim": 32}
 FAST, SLOW = "1Gbps,0.5ms", "10Mbps,50ms"
@@ -174,8 +173,7 @@ def both_axes(steps: int = 40) -> tuple[list[dict], dict]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab bench asyncmesh", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser("asyncmesh", __doc__)
     p.add_argument("--quick", action="store_true", help="fewer steps, the 2 x 2 mesh only")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--repeats", type=int, default=None,

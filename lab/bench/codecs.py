@@ -26,7 +26,6 @@ into zeros).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
@@ -37,7 +36,7 @@ import torch
 from .. import compress
 from ..runtime.allocator import keep_freed_memory
 from .made import stamp
-from .table import print_rows
+from .table import bench_parser, print_rows
 
 DEFAULT = ("none", "fp16", "bf16", "sign", "scaled_sign", "efsgd", "onebit", "qsgd",
            "terngrad", "zipml", "randomk", "randomk_private", "topk", "topk_sampled", "wangni",
@@ -333,7 +332,7 @@ def against_grace(sizes=(2 ** 16, 2 ** 20, 2 ** 22), repeats: int = 7, path: str
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(prog="python -m lab bench codecs", description=__doc__.split("\n")[0])
+    ap = bench_parser("codecs", __doc__)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     ap.add_argument("--sizes", type=int, nargs="+", default=None,
                     help="elements per tensor (default 2^20 2^22 on cpu, 2^24 on cuda)")

@@ -42,7 +42,7 @@ import torch
 
 from ..advise.methods import TARGETS  # the grid's targets, re-exported
 from .made import stamp
-from .table import machine
+from .table import bench_parser, machine
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERGENCE = ROOT / "lab" / "advise" / "convergence.json"
@@ -267,8 +267,7 @@ def _config(text: str):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lab bench grid", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bench_parser("grid", __doc__)
     ap.add_argument("--models", nargs="+", default=["mlp"], choices=sorted(TARGETS),
                     help="models (each has its target accuracy in TARGETS)")
     ap.add_argument("--workers", nargs="+", type=int, default=None,

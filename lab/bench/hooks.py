@@ -18,7 +18,6 @@ several buckets, and one bucket makes the pairs compare the same exchange.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -27,7 +26,7 @@ import torch
 
 from ..runtime import launch
 from .made import stamp
-from .table import machine, print_rows
+from .table import bench_parser, machine, print_rows
 
 HOOKS = ("allreduce (DDP default)", "torch fp16_compress_hook", "lab codec_hook fp16",
          "torch powerSGD_hook", "lab powersgd_hook")
@@ -117,8 +116,7 @@ def run(world: int = 1, backend: str = "auto", device: str = "auto", hidden: int
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab bench hooks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser("hooks", __doc__)
     p.add_argument("--world", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"],
                    help="process group backend (default auto: NCCL when each rank has a GPU)")

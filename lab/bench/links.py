@@ -22,7 +22,6 @@ and received by the kernel's own counters beside what the ledger books on the wi
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
@@ -34,7 +33,7 @@ import torch
 from ..comm import Network
 from ..comm.cost import AlphaBeta
 from .made import stamp
-from .table import machine, print_rows
+from .table import bench_parser, machine, print_rows
 
 OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter", "send")
 SIZES = (4 * 2 ** 10, 64 * 2 ** 10, 2 ** 20, 8 * 2 ** 20, 64 * 2 ** 20)
@@ -143,8 +142,7 @@ def run(links=LINKS, ranks=(2, 4), ops=OPS, sizes=SIZES, repeats: int = 3,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab bench links", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser("links", __doc__)
     p.add_argument("--quick", action="store_true", help="2 ranks, 1 Gb/s, 64 KB to 8 MB, allreduce "
                    "and allgather, 2 repeats")
     p.add_argument("--links", nargs="+", default=list(LINKS), help=f"rates (default: {' '.join(LINKS)})")

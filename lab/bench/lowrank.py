@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -18,7 +17,7 @@ import torch
 
 from ..runtime import launch
 from .made import stamp
-from .table import print_rows
+from .table import bench_parser, print_rows
 
 METHODS = {  # label -> (aggregator, aggregator kwargs, codec, codec kwargs)
     "fp32 allreduce": ("allreduce", {}, None, {}),
@@ -129,7 +128,7 @@ def hook(steps: int, rank: int = 2) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m lab bench lowrank", description=__doc__.split("\n")[0])
+    ap = bench_parser("lowrank", __doc__)
     ap.add_argument("--quick", action="store_true", help="fewer repeats (CI smoke run)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)

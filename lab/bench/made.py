@@ -2,7 +2,7 @@
 claim built on stored rows reads its evidence from them (:func:`lab.claims.evidence`) instead
 of a label typed in a notebook.
 
-``made`` holds three things, as :meth:`lab.run.History.evidence` does for a training run:
+``made`` holds three things, as :meth:`lab.train.History.evidence` does for a training run:
 
 - ``link``: ``"none"`` (loopback, nothing emulated), ``"modeled"`` (the emulated alpha-beta
   link of :class:`lab.comm.Network`) or ``"kernel"`` (shaped NICs in network namespaces,

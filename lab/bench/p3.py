@@ -21,7 +21,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import time
@@ -33,7 +32,7 @@ from ..runtime import launch
 from ..schedule import plan
 from ..train import TrainConfig, train_many
 from .made import link_of, stamp
-from .table import machine, print_rows
+from .table import bench_parser, machine, print_rows
 
 SCHEDULES = ("sync", "fifo", "slicing-only", "priority-only", "p3")
 NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "600Mbps,0.1ms", "1Gbps,0.1ms", "1.5Gbps,0.1ms",
@@ -372,8 +371,7 @@ def load() -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab bench p3", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser("p3", __doc__)
     p.add_argument("--quick", action="store_true", help="fewer rounds and steps")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4],

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 from ..pipeline import PipelineConfig, train_many
@@ -17,7 +16,7 @@ from ..pipeline.config import SCHEDULES
 from ..pipeline.gpipe import bubble_fraction
 from ..pipeline.report import bubble, bytes_per_step, tokens_per_s
 from .made import stamp
-from .table import print_rows
+from .table import bench_parser, print_rows
 
 NETWORKS = ("1Gbps,0.5ms", "100Mbps,2ms")
 GPT = {"layers": 2, "dim": 32}
@@ -54,8 +53,7 @@ def axes(steps: int = 6) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab bench pipeline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser("pipeline", __doc__)
     p.add_argument("--quick", action="store_true", help="fewer steps")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = p.parse_args(argv)

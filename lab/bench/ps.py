@@ -1,5 +1,5 @@
-"""``python -m lab bench ps``: parameter-server throughput and bytes (issue 12); and
-:func:`p3_table`, P3 on parameter servers against MXNet's default KVStore (issue 39,
+"""``python -m lab bench ps``: parameter-server throughput and bytes, and P3 on parameter
+servers against MXNet's default KVStore (:func:`p3_table`, also
 ``python -m lab bench p3 --ps``).
 
 For 2, 4 and 8 workers (plus the server, rank 0) on loopback: the server's updates and
@@ -9,14 +9,13 @@ the same model hands to the network per step, and all ranks together (from their
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 
 from ..train import TrainConfig, train, train_many
 from .made import stamp
-from .table import print_rows
+from .table import bench_parser, print_rows
 
 
 def run(workers=(2, 4, 8), steps: int = 40, model: str = "mlp") -> list[dict]:
@@ -44,7 +43,7 @@ def run(workers=(2, 4, 8), steps: int = 40, model: str = "mlp") -> list[dict]:
 
 
 def main(argv=None) -> list[dict]:
-    p = argparse.ArgumentParser(prog="python -m lab bench ps", description=__doc__.split("\n")[0])
+    p = bench_parser("ps", __doc__)
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8],
                    help="world sizes, the server included (default: 2 4 8)")
     p.add_argument("--steps", type=int, default=40, help="training steps per run")

@@ -10,7 +10,6 @@ short real training run (MLP on digits) for each averaging scheme.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -19,8 +18,7 @@ import torch
 from ..aggregate import make
 from ..comm import Collective
 from .made import stamp
-from .table import median_seconds
-from .table import print_rows
+from .table import bench_parser, median_seconds, print_rows
 
 RULES = {"mean (baseline)": None, "krum": {"f": 1}, "multikrum": {"f": 1}, "median": {},
          "trimmed_mean": {"f": 1}, "centered_clip": {"tau": 1.0}}
@@ -60,7 +58,7 @@ def averaging_bytes(steps: int = 32, workers: int = 4) -> list[dict]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m lab bench robust", description=__doc__.split("\n")[0])
+    ap = bench_parser("robust", __doc__)
     ap.add_argument("--ns", type=int, nargs="+", default=[8, 16],
                     help="numbers of gradients each rule combines (default: 8 16)")
     ap.add_argument("--d", type=int, default=1_000_000, help="entries per gradient")

@@ -7,6 +7,24 @@ import time
 from ..textable import format_rows
 
 
+def bench_parser(name: str, doc: str):
+    """The parser of ``python -m lab bench NAME``: the module's docstring as its description,
+    each flag's default in its help, the exit statuses below (as every ``lab`` command)."""
+    import argparse
+
+    from ..helpformat import with_defaults
+    return with_defaults(argparse.ArgumentParser(prog=f"python -m lab bench {name}",
+                                                 description=plain(doc)))
+
+
+def plain(doc: str) -> str:
+    """A docstring as a terminal shows it: no reST roles or literals, no issue numbers."""
+    import re
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc).replace("``", "")
+    doc = re.sub(r" ?\(issue \d+\)", "", doc)
+    return re.sub(r"\(issue \d+, ", "(", doc)
+
+
 def print_rows(rows: list[dict], title: str = "") -> None:
     """``rows`` as a table under ``title``; how their numbers were made (each row's ``made``,
     :mod:`lab.bench.made`) once under the title where the rows share it, else as a column."""

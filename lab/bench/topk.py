@@ -11,14 +11,13 @@ time / our time (> 1: faster); recall = share of the true top-k set returned.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
 from ..compress import make
 from .made import stamp
-from .table import median_seconds
+from .table import bench_parser, median_seconds
 from ..compress.topk import resolve_k, topk_indices
 from ..compress.topk_sampled import sampled_topk_indices
 
@@ -71,7 +70,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(prog="python -m lab.bench topk", description=__doc__.split("\n")[0])
+    ap = bench_parser("topk", __doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000],
                     help="entries per tensor (default: 1M 10M)")
     ap.add_argument("--densities", type=float, nargs="+", default=[0.01, 0.001],

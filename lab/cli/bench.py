@@ -32,15 +32,16 @@ def plugins() -> list[str]:
 
 
 def summary(name: str) -> str:
-    """The first line of benchmark ``name``'s module docstring (read, not imported), without
+    """The first sentence of benchmark ``name``'s module docstring (read, not imported), without
     the command line some of them start with."""
     from .. import bench
+    from ..bench.table import plain
     path = next(iter(bench.__path__)) + f"/{name}.py"
     with open(path) as f:
         doc = ast.get_docstring(ast.parse(f.read())) or ""
-    first = doc.strip().splitlines()[0] if doc.strip() else ""
-    first = re.sub(r"^``python -m lab bench [^`]*``:\s*", "", first)
-    return re.sub(r"\s*\(issue \d+\)", "", first.replace("``", "")).rstrip(".")
+    first = " ".join(plain(doc).strip().split("\n\n")[0].split())
+    first = re.sub(r"^python -m lab bench \S+(?: \[[^]]*\])*:\s*", "", first)
+    return re.split(r"(?<=[a-z0-9)])\. ", first)[0].rstrip(".")
 
 
 def listing() -> str:

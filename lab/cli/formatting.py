@@ -1,55 +1,49 @@
 """What every ``python -m lab`` command's ``--help`` and errors share beyond parsing.
 
-- :class:`HelpFormatter`: the description kept as written (its examples), and every flag's
-  default at the end of its help (``(default: 0.1)``), unless the help already says it or
-  there is nothing to say (a flag that is off unless given; no value, when that means "none").
+- :class:`~lab.helpformat.HelpFormatter` and :data:`~lab.helpformat.EXIT_STATUS` (from
+  :mod:`lab.helpformat`, which the benchmarks share): the description kept as written, every
+  flag's default at the end of its help unless the help already says it, the exit statuses.
 - :func:`link_type`: the ``--network`` type of ``lab.cli.args.network_type``, but a link
   written as 'BANDWIDTH,LATENCY' with a number that lacks its unit is told so
   ("the latency '2' needs a unit") instead of being offered a preset.
-- :data:`EXIT_STATUS`: the exit statuses every command documents, and :func:`interrupted`, the
-  one line Ctrl-C ends with.
+- :func:`interrupted`: the one line Ctrl-C ends with.
+- :func:`quiet`: under torchrun, whether this rank leaves an error every rank meets alike to
+  its node's first rank (one line per node, not one per rank); :func:`tell_torchrun`, the
+  line torchrun's failure summary shows.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-#: What a ``python -m lab`` command's exit status means.
-EXIT_STATUS = """exit status: 0 done; 1 the run failed (train and pipeline write what it kept into
---out, with error.json); 2 refused before anything ran (a bad flag or configuration, an --out
-that cannot be written); 130 interrupted (Ctrl-C): every rank was ended."""
+from ..helpformat import EXIT_STATUS, HelpFormatter, shows_default, with_defaults  # noqa: F401
 
 #: The exit status of a command interrupted by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """``RawDescriptionHelpFormatter`` that appends each flag's default to its help."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if not shows_default(action) or "default" in text.lower():
-            return text
-        return f"{text} (default: %(default)s)"
+def quiet() -> bool:
+    """Whether this process is one of several torchrun started on a node, other than the
+    first: an error every rank meets alike (a bad flag, a config refused) is then left to the
+    node's first rank, which says it once, and this one exits quietly with the same status."""
+    return "WORLD_SIZE" in os.environ and os.environ.get("LOCAL_RANK", "0") != "0"
 
 
-def shows_default(action) -> bool:
-    """Whether ``action``'s default is worth printing: a value, not "off" or "none"."""
-    d = action.default
-    if d is None or d is False or d is argparse.SUPPRESS or d == []:
-        return False
-    if isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction,
-                           argparse._StoreFalseAction, argparse._VersionAction)):
-        return False
-    return bool(action.option_strings) or action.nargs in ("?", "*")
-
-
-def with_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``parser`` with :class:`HelpFormatter` and the exit statuses as its epilog."""
-    parser.formatter_class = HelpFormatter
-    if not parser.epilog:
-        parser.epilog = EXIT_STATUS
-    return parser
+def tell_torchrun(line: str) -> None:
+    """Under torchrun, give ``line`` (why this rank stops) to its error file, so that the
+    failure summary torchrun prints names the cause instead of linking to its docs."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    import json
+    import time
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": {"message": line,
+                                   "extraInfo": {"timestamp": str(int(time.time()))}}}, f)
+    except OSError:
+        pass
 
 
 def interrupted() -> int:
