@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from .args import _close
+from .args import Parser, _close
 from .formatting import EXIT_STATUS, interrupted
 
 #: subcommand -> its module under ``lab.cli`` (each has ``parser()``, ``main(argv)`` and ``HELP``)
@@ -43,12 +43,14 @@ def main(argv: list[str] | None = None) -> int:
             return importlib.import_module(f"{__name__}.{argv[0]}").main(argv[1:])
         except KeyboardInterrupt:   # the launch ended every rank on its way out
             return interrupted()
-    parser = argparse.ArgumentParser(prog="python -m lab", description=DESCRIPTION,
-                                     epilog=EXIT_STATUS,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m lab", description=DESCRIPTION, epilog=EXIT_STATUS,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         sub.add_parser(name, help=importlib.import_module(f"{__name__}.{name}").HELP)
+    if argv[:1] and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        parser.error(f"unrecognized argument {argv[0]}: the command comes first, its flags "
+                     f"after it (commands: {', '.join(COMMANDS)})")
     if argv[:1] and not argv[0].startswith("-"):
         hint = _close(argv[0], COMMANDS)[0]
         parser.error(f"unknown command {argv[0]!r}" + (f"; did you mean {hint!r}?" if hint else "")

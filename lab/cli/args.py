@@ -2,11 +2,12 @@
 
 Each helper is an argparse ``type``: it runs while the command line is parsed, before any
 process starts, and a bad value becomes argparse's own error, which names the flag and exits
-with status 2. Names are checked against every registry of the library, so a misspelt name gets
-a did-you-mean and a name of another kind gets a pointer to the flag that takes it
-(``--aggregator atomo``: atomo is a compressor, use ``--compressor atomo``); numbers say their
-range. Numbers are read by :meth:`lab.argspec.Arg.parse`, the declaration the Python API checks
-too (``arg_type`` makes a flag's type of any declaration, e.g. a ``TrainConfig`` field's:
+with status 2, in one line (:class:`Parser`, every subcommand's parser). Names are checked
+against every registry of the library, so a misspelt name gets a did-you-mean and a name of
+another kind gets a pointer to the flag that takes it (``--aggregator atomo``: atomo is a
+compressor, use ``--compressor atomo``); numbers say their range. Numbers are read by
+:meth:`lab.argspec.Arg.parse`, the declaration the Python API checks too (``arg_type`` makes a
+flag's type of any declaration, e.g. a ``TrainConfig`` field's:
 ``arg_type(settings(TrainConfig)["lr"])``), and ``K=V`` values are checked by the library
 against the named scheme's declaration when the config is made.
 """
@@ -233,8 +234,45 @@ def folder(text: str) -> pathlib.Path:
     return p
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, as every other error of ``python -m
+    lab``: ``PROG: error: MESSAGE (see PROG --help)``, exit status 2, without the usage block
+    argparse prints first (``--help`` still prints it). An unknown flag gets a did-you-mean.
+    Under torchrun only each node's first rank says it (:func:`~lab.cli.formatting.quiet`)."""
+
+    def error(self, message: str):
+        from .formatting import quiet, tell_torchrun
+        line = f"{self.prog}: error: {message} (see {self.prog} --help)"
+        tell_torchrun(line)
+        self.exit(2, None if quiet() else line + "\n")
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unrecognized(extras, self._option_string_actions))
+        return ns
+
+
+def unrecognized(extras: list[str], options) -> str:
+    """argparse's 'unrecognized arguments' message for ``extras``, with the flag of
+    ``options`` (option strings) each misspelt flag most likely meant."""
+    hints = {}
+    for x in extras:
+        flag = x.split("=", 1)[0]
+        if flag.startswith("--") and flag not in hints:
+            hint = _close(flag, [o for o in options if o.startswith("--")])[0]
+            if hint:
+                hints[flag] = hint
+    noun = "argument" if len(extras) == 1 else "arguments"
+    said = f"unrecognized {noun}: {' '.join(extras)}"
+    if len(hints) == 1:
+        return f"{said}; did you mean {next(iter(hints.values()))}?"
+    if hints:
+        return f"{said}; did you mean {', '.join(f'{h} for {f}' for f, h in hints.items())}?"
+    return said
+
+
 def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """An ``ArgumentParser`` for ``python -m lab NAME``, its description (the subcommand's
+    """A :class:`Parser` for ``python -m lab NAME``, its description (the subcommand's
     docstring, with examples) kept as written."""
-    return argparse.ArgumentParser(prog=prog, description=doc,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return Parser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

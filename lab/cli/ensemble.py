@@ -8,6 +8,7 @@ import json
 
 from .args import integer, kind_type, number, parser as new_parser
 from .formatting import with_defaults
+from .runs import launch_failed
 
 HELP = "train an ensemble on shards, distil it"
 
@@ -34,12 +35,15 @@ def main(argv=None) -> int:
     p = parser()
     a = p.parse_args(argv)
     from ..averaging.ensemble import train_ensemble
+    from ..runtime import LaunchError
     from ..textable import format_rows
     from ..train import TrainConfig
     try:
         cfg = TrainConfig(model=a.model, data=a.data, steps=a.steps, batch_size=a.batch_size,
                           lr=a.lr, seed=a.seed)
         r = train_ensemble(cfg, a.workers, a.distill_steps, progress=False)
+    except LaunchError as exc:  # a member failed (its loss blew up, ...): one line, status 1
+        return launch_failed(exc)
     except (ValueError, TypeError) as exc:
         p.error(str(exc))
     if a.json:

@@ -10,6 +10,7 @@ import json
 
 from .args import integer, kind_type, number, parser as new_parser
 from .formatting import with_defaults
+from .runs import launch_failed
 
 HELP = "lock-free shared-memory SGD in several processes"
 
@@ -23,7 +24,8 @@ def parser():
     p.add_argument("--steps", type=integer(1), default=20000, help="SGD steps per process")
     p.add_argument("--lr", type=number(0, lo_open=True), default=0.05, help="learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the sampling")
-    p.add_argument("--d", type=integer(1), default=None, help="coordinates (sparse, counts)")
+    p.add_argument("--d", type=integer(1), default=None,
+                   help="coordinates (sparse, counts) (default: 1000 for sparse, 64 for counts)")
     p.add_argument("--k", type=integer(1), default=8, help="nonzeros per example (sparse)")
     p.add_argument("--overlap", action="store_true", help="counts: all processes share coordinates")
     p.add_argument("--batch-size", type=integer(1), default=64, help="mlp: global batch")
@@ -38,6 +40,7 @@ def main(argv=None) -> int:
     p = parser()
     a = p.parse_args(argv)
     from ..sync.hogwild import hogwild
+    from ..runtime import LaunchError
     kw = {}
     if a.problem == "sparse":
         kw = dict(k=a.k, **({"d": a.d} if a.d else {}))
@@ -48,6 +51,8 @@ def main(argv=None) -> int:
         kw = dict(cfg=TrainConfig(lr=a.lr, batch_size=a.batch_size, seed=a.seed))
     try:
         r = hogwild(a.problem, a.processes, a.steps, a.lr, a.seed, timeout=a.timeout, **kw)
+    except LaunchError as e:  # a process failed (lr too large, ...): one line, status 1
+        return launch_failed(e)
     except ValueError as e:
         p.error(str(e))
     what = {"sparse": "objective", "counts": "lost updates", "mlp": "test accuracy"}[a.problem]

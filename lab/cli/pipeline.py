@@ -14,7 +14,7 @@ from __future__ import annotations
 from .args import integer, key_value, kind_type, number, parser as new_parser, rank_factor
 from .formatting import link_type, with_defaults
 from .runs import (add_checkpoint_flags, checkpoint_kw, launched, out_refused, refused,
-                   unwritten, write_history)
+                   summary, unwritten, write_history)
 
 HELP = "pipeline-parallel training: python -m lab pipeline --help"
 
@@ -39,7 +39,7 @@ def parser():
                    help="sgd, adam, adamw, nadam or nadamw")
     p.add_argument("--momentum", type=number(0, 1, hi_open=True), default=0.0, help="sgd's momentum")
     p.add_argument("--beta1", type=number(0, 1, hi_open=True), default=None,
-                   help="Adam family's first moment (default 0.9)")
+                   help="Adam family's first moment (default: 0.9)")
     p.add_argument("--weight-decay", type=number(0), default=0.0,
                    help="decoupled for adamw/nadamw/async-nesterov")
     p.add_argument("--clip", type=number(0, lo_open=True), default=None,
@@ -54,7 +54,7 @@ def parser():
     p.add_argument("--network", default=None, type=link_type("pipeline"),
                    help="e.g. 1Gbps, '100Mbps,2ms' (both axes; default: none, loopback)")
     p.add_argument("--dp-network", default=None, type=link_type("pipeline"),
-                   help="the replica-axis link, if not --network")
+                   help="the replica-axis link (default: --network's)")
     p.add_argument("--link", default="model", choices=("model", "kernel"),
                    help="model: the network emulated by the alpha-beta model; kernel: each rank "
                         "in a network namespace, its NIC shaped to --network's rate (Linux, root; "
@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     if out_refused(a.out):
         return 2
     from ..pipeline import train
-    from ..run import table
     hist = launched(lambda: train(cfg, timeout=a.timeout, **checkpoint_kw(a)), a.out)
     if isinstance(hist, int):
         return hist
@@ -107,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"{cfg.schedule} on {cfg.stages} stages x {cfg.replicas} replicas")
     except OSError as e:
         return unwritten(e, a.out)
-    print(table([hist]))
+    print(summary([hist]))
+    print()
     print(stage_table(hist))
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
     return 0

@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 from .args import folder, integer
+from .formatting import quiet, tell_torchrun
 
 
 def add_checkpoint_flags(p) -> None:
@@ -33,17 +34,23 @@ def checkpoint_kw(a) -> dict:
 
 
 def refused(e) -> int:
-    """A configuration refused before anything ran: say why on stderr; exit status 2."""
-    print(f"error: {e}", file=sys.stderr)
+    """A configuration refused before anything ran: say why on stderr (under torchrun, once
+    per node: :func:`~lab.cli.formatting.quiet`); exit status 2."""
+    tell_torchrun(f"error: {e}")
+    if not quiet():
+        print(f"error: {e}", file=sys.stderr)
     return 2
 
 
 def out_refused(out) -> bool:
     """Check, before anything runs, that folder ``out`` can take the run's files (it is created
-    if needed); if not, say why in one line on stderr and return True (exit status 2)."""
+    if needed); if not, say why in one line on stderr (under torchrun, once per node) and
+    return True (exit status 2)."""
     why = out_problem(out)
     if why is not None:
-        print(f"error: --out {out} {why}", file=sys.stderr)
+        tell_torchrun(f"error: --out {out} {why}")
+        if not quiet():
+            print(f"error: --out {out} {why}", file=sys.stderr)
     return why is not None
 
 
@@ -87,6 +94,52 @@ def launched(start, out):
         return report_failure(e, out)
     except ValueError as e:
         return refused(e)
+
+
+def launch_failed(e) -> int:
+    """A launch whose rank failed (a :class:`~lab.runtime.LaunchError`), for the commands
+    without an --out folder: its first line (which rank, and why) on stderr; exit status 1."""
+    print(f"error: the run failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+          file=sys.stderr)
+    return 1
+
+
+def rank_failed(e: BaseException, rank: int, world_size: int, out) -> int:
+    """Under torchrun, this rank raised ``e``: one line on stderr, as a launched run's failure
+    reads (``error: the run failed: rank R of W failed: TYPE: MESSAGE``), the traceback kept in
+    ``out``/error-rankR.json (each failing rank its own file: on a shared folder they would
+    overwrite one another) and the line given to torchrun's error file, so that its failure
+    summary names the cause; exit status 1."""
+    import json
+    import traceback
+    kind = type(e).__qualname__ if type(e).__module__ == "builtins" else \
+        f"{type(e).__module__}.{type(e).__qualname__}"
+    said = str(e).strip().splitlines()
+    cause = f"rank {rank} of {world_size} failed: {kind}" + (f": {said[0]}" if said else "")
+    print(f"error: the run failed: {cause}", file=sys.stderr)
+    path = pathlib.Path(out) / f"error-rank{rank}.json"
+    try:
+        path.write_text(json.dumps({"rank": rank, "cause": cause,
+                                    "traceback": "".join(traceback.format_exception(e))},
+                                   indent=1))
+        print(f"kept: {path}", file=sys.stderr)
+    except OSError as err:
+        unwritten(err, out, f"rank {rank}'s error")
+    tell_torchrun(cause)
+    return 1
+
+
+def summary(histories) -> str:
+    """The runs' summaries (:meth:`lab.run.History.summary`) as two tables that fit in 100
+    columns: what each run did (loss, accuracy, bytes per step), then its milliseconds per step
+    (compute, codec, communication measured and modeled), one row per run in each."""
+    from ..textable import format_rows
+    rows = [h.summary() for h in histories]
+    ms = " ms/step"
+    first = [{k: v for k, v in r.items() if not k.endswith(ms)} for r in rows]
+    times = [{"run": r["run"], **{k[:-len(ms)]: v for k, v in r.items() if k.endswith(ms)}}
+             for r in rows]
+    return f"{format_rows(first)}\n\nms per step:\n{format_rows(times)}"
 
 
 def report_failure(e, out) -> int:

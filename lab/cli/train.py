@@ -8,7 +8,8 @@
 
 A run whose loss grows 1,000-fold over its first, or that is about to sum a non-finite
 gradient, stops with an error naming the step and the rank (exit status 1; --keep-diverging
-lets it run on).
+lets it run on). Under torchrun a bad flag or config is said once per node, and each rank
+that fails says why in one line, its traceback kept in OUT/error-rankR.json.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import os
 from .args import (integer, key_value, kind_type, network_schedule, number, parser as new_parser,
                    rank_factor)
 from .formatting import link_type, with_defaults
-from .runs import (add_checkpoint_flags, checkpoint_kw, launched, out_refused, refused,
-                   unwritten, write_history)
+from .runs import (add_checkpoint_flags, checkpoint_kw, launched, out_refused, rank_failed,
+                   refused, summary, unwritten, write_history)
 
 HELP = "data-parallel training from flags"
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m lab train ARGS``: 0 when the run is written, 1 when it failed (what it kept
     is written), 2 for a bad configuration or an --out that cannot be written."""
     a = parser().parse_args(argv)
-    from ..train import table, train
+    from ..train import train
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     try:
         cfg = config(a)
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return refused(e)
     if out_refused(a.out):
         return 2
-    if torchrun:  # a checkpoint of another config, ... is refused by every rank
+    if torchrun:  # a checkpoint of another config, ... is refused by every rank, said once
         hist = launched(lambda: _under_torchrun(cfg, a), a.out)
     else:
         hist = launched(lambda: train(cfg, a.workers, device=a.device, timeout=a.timeout,
@@ -154,27 +155,37 @@ def main(argv: list[str] | None = None) -> int:
         paths = write_history(hist, a.out)
     except OSError as e:
         return unwritten(e, a.out)
-    print(table([hist]))
+    print(summary([hist]))
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
     return 0
 
 
 def _under_torchrun(cfg, a):
-    """This rank's share of the run torchrun started; the merged History on rank 0, else None."""
+    """This rank's share of the run torchrun started: the merged History on rank 0, else None;
+    or an exit status. Errors are as short as without torchrun: a config every rank refuses
+    is said by each node's first rank alone (the others exit quietly, status 2), and a rank
+    that fails says so in one line (:func:`~lab.cli.runs.rank_failed`: its traceback goes to
+    OUT/error-rankR.json); torchrun's own failure summary follows, naming the cause."""
     import torch.distributed as dist
     from ..runtime import from_env
     from ..train import train_rank
     from ..train.loop import _merge
     ctx = from_env(device=a.device, timeout=a.timeout)
-    cfg.check_workers(ctx.world_size)
     plan, kw = None, checkpoint_kw(a)
-    if kw:  # every rank reads and writes OUT/checkpoint: across nodes, a shared filesystem
-        from ..run import checkpoint
-        from ..train import resume
-        plan = checkpoint.plan(kw.get("checkpoint_every", 0), kw.get("checkpoint_dir"),
-                               kw.get("resume"), cfg.to_dict(), ctx.world_size, "train")
-        resume.check(cfg)
-    mine = train_rank(ctx, cfg, checkpoint=plan)
+    try:
+        cfg.check_workers(ctx.world_size)
+        if kw:  # every rank reads and writes OUT/checkpoint: across nodes, a shared filesystem
+            from ..run import checkpoint
+            from ..train import resume
+            plan = checkpoint.plan(kw.get("checkpoint_every", 0), kw.get("checkpoint_dir"),
+                                   kw.get("resume"), cfg.to_dict(), ctx.world_size, "train")
+            resume.check(cfg)
+    except ValueError as e:  # the same on every rank: said once per node
+        return refused(e)
+    try:
+        mine = train_rank(ctx, cfg, checkpoint=plan)
+    except Exception as e:  # noqa: BLE001 -- any failure of this rank: one line, not a traceback
+        return rank_failed(e, ctx.rank, ctx.world_size, a.out)
     per_rank = [None] * ctx.world_size
     dist.all_gather_object(per_rank, mine)  # results to rank 0, outside the ledger
     dist.destroy_process_group()

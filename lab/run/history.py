@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -143,16 +143,35 @@ class History:
             return cls(**json.load(f))
 
     def to_csv(self, path) -> None:
-        """One row per step; held-out metrics on the steps where they were measured."""
+        """One row per step: ``step``, every per-step field under the name history.json gives
+        it (loss, bytes, recv_bytes, wire_sent, wire_recv, compute_s, ...: :func:`_per_step`),
+        then the held-out metrics on the steps where they were measured. A field this run did
+        not record (an empty list) keeps its column, empty."""
+        cols = _per_step(self)
         evals = dict(zip(self.eval_step, zip(self.test_loss, self.test_acc)))
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["step", "loss", "bytes", "compute_s", "codec_s", "comm_s",
-                        "modeled_comm_s", "test_loss", "test_acc"])
+            w.writerow(["step", *cols, "test_loss", "test_acc"])
             for i in range(self.steps):
                 tl, ta = evals.get(i + 1, ("", ""))
-                w.writerow([i + 1, self.loss[i], self.bytes[i], self.compute_s[i], self.codec_s[i],
-                            self.comm_s[i], self.modeled_comm_s[i], tl, ta])
+                w.writerow([i + 1, *(_at(getattr(self, c), i) for c in cols), tl, ta])
+
+
+#: the list fields of a History that are not one value per step
+_NOT_PER_STEP = ("eval_step", "test_loss", "test_acc", "rank_bytes")
+
+
+def _per_step(h: History) -> list[str]:
+    """The names of ``h``'s fields that hold one value per step: its list fields other than
+    the evaluations' and the per-rank totals, in the order they are declared. ``series`` is
+    not among them: a scheme's series is per step or per event, as the scheme documents."""
+    return [f.name for f in fields(h) if f.name not in _NOT_PER_STEP
+            and isinstance(getattr(h, f.name), list)]
+
+
+def _at(values: list, i: int):
+    """``values[i]``, or "" (an empty CSV cell) where the series is shorter."""
+    return values[i] if i < len(values) else ""
 
 
 def table(histories) -> str:
