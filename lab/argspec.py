@@ -294,6 +294,42 @@ def declared(factory) -> dict:
     return dict(getattr(factory, "ARGS", None) or {})
 
 
+#: The first line of the section :func:`describe` writes (how :func:`document` finds it).
+ARGUMENTS_HEADING = "Arguments (from the declaration, checked at every call):"
+
+
+def describe(factory) -> str:
+    """The "Arguments" section of ``factory``'s docstring, written from its declaration: one
+    reStructuredText bullet per argument of its signature, with the default, what it accepts
+    and what it means, so the reference cannot drift from what is checked. An argument the
+    declaration leaves out reads "not declared" (``tests/test_codec_args.py`` refuses that
+    for a codec)."""
+    fn = factory.__init__ if isinstance(factory, type) else factory
+    args = declared(factory)
+    lines = [ARGUMENTS_HEADING, ""]
+    for i, p in enumerate(inspect.signature(fn).parameters.values()):
+        if (i == 0 and isinstance(factory, type)) or p.kind is p.VAR_POSITIONAL:
+            continue  # self, *args
+        if p.kind is p.VAR_KEYWORD:
+            lines.append(f"- ``**{p.name}``: further keyword arguments (see above)")
+            continue
+        spec = args.get(p.name)
+        default = "" if p.default is p.empty else f" (default ``{p.default!r}``)"
+        what = "not declared" if spec is None else \
+            f"{spec.help or 'no description'}; accepts {spec.accepted()}"
+        lines.append(f"- ``{p.name}``{default}: {what}")
+    return "\n".join(lines)
+
+
+def document(factory):
+    """Append :func:`describe`'s section to ``factory``'s docstring (once; a second call
+    changes nothing) and return ``factory``."""
+    doc = inspect.cleandoc(factory.__doc__ or "")
+    if ARGUMENTS_HEADING not in doc:
+        factory.__doc__ = f"{doc}\n\n{describe(factory)}\n" if doc else describe(factory)
+    return factory
+
+
 def check_kwargs(factory, kwargs: dict, owner: str | None = None) -> None:
     """Check the values of ``kwargs`` against ``factory``'s declaration, and its rule with the
     defaults filled in, without calling it (names are the caller's to check:

@@ -84,6 +84,8 @@ class AdaComp(Compressor):
         return out
 
     def residue(self, key=None) -> torch.Tensor | None:
+        """The residue kept for ``key`` (what was not sent yet), or None before its first
+        step; the buffer itself, not a copy."""
         return self.residues.get(key)
 
     def __repr__(self):

@@ -96,6 +96,8 @@ class Atomo(Compressor):
 
     @property
     def wire(self):
+        """The payload's format: singular factors (``us``, ``v``) or coordinates (``values``,
+        ``indices``), by ``atoms``."""
         return SVD_WIRE if self.atoms == "svd" else COORDINATE_WIRE
 
     def wire_vars(self, numel, ctx, payload):

@@ -191,6 +191,10 @@ class Compressor:
     #: (the sparse codecs' scatter); :meth:`decompress` leaves those to it, and
     #: :meth:`check_payload` alone still checks everything
     decode_checks: tuple = ()
+    #: True where :meth:`decode` checks what the format cannot declare (a stream's structure,
+    #: codes against the points sent, keys a sketch decodes to): :meth:`check_payload` then
+    #: decodes too, so it refuses all that :meth:`decompress` refuses
+    checks_in_decode = False
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -299,11 +303,15 @@ class Compressor:
 
     def check_payload(self, payload: Payload, ctx: Any) -> tuple:
         """``payload`` as a tuple, checked against :attr:`wire` for the tensor ``ctx``
-        describes; raises :class:`~lab.compress.wire.PayloadError` where it does not match."""
+        describes (and decoded, where ``checks_in_decode``); raises
+        :class:`~lab.compress.wire.PayloadError` where :meth:`decompress` would."""
         shape, dtype, inner = ctx
         if self.wire is None:
             raise NotImplementedError(f"{self.name}: the codec declares no wire format")
-        return self.wire.check(self, payload, shape.numel(), dtype, inner)
+        payload = self.wire.check(self, payload, shape.numel(), dtype, inner)
+        if self.checks_in_decode:
+            self.decode(payload, inner, shape.numel(), dtype)
+        return payload
 
     def wire_vars(self, numel: int, ctx: Any, payload: tuple) -> dict:
         """The names :attr:`wire`'s expressions use beyond ``n`` and the codec's attributes

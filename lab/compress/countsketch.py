@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 
 from ..argspec import Arg, takes
-from .base import Compressor, Part, WireFormat, all_finite, check_finite, register
+from .base import (Compressor, Part, PayloadError, WireFormat, all_finite, check_finite,
+                   register)
 
 #: the sketch's shape: rows x width counters (a table of rows * width float32 per tensor)
 ROWS = Arg(int, ge=1, le=64, help="rows of the sketch (hash functions)")
@@ -47,12 +48,20 @@ class CountSketch:
         self.signs = sign.to(dtype=torch.float32).to(device)
 
     def sketch(self, x: torch.Tensor) -> torch.Tensor:
+        """The (rows, width) table of ``x`` (``numel`` values): linear in ``x``, so the
+        tables of several ranks sum to the table of their sum."""
         table = torch.zeros(self.rows * self.width, dtype=x.dtype, device=x.device)
         table.index_add_(0, self.cells.reshape(-1), (self.signs.to(x.dtype) * x).reshape(-1))
         return table.view(self.rows, self.width)
 
     def votes(self, table: torch.Tensor) -> torch.Tensor:
-        """(rows, numel): s_r(i) S[r, h_r(i)], each an unbiased estimate of x_i."""
+        """(rows, numel): s_r(i) S[r, h_r(i)], each an unbiased estimate of x_i. A table of
+        another size than rows * width (one cut short, or a peer's of another shape) is
+        refused with :class:`~lab.compress.wire.PayloadError` naming it."""
+        if table.numel() != self.rows * self.width:
+            raise PayloadError("countsketch", "table", f"rows * width = {self.rows} * "
+                               f"{self.width} = {self.rows * self.width} elements",
+                               f"{table.numel()}")
         return table.reshape(-1)[self.cells] * self.signs.to(table.dtype)
 
     def estimate(self, table: torch.Tensor) -> torch.Tensor:
@@ -61,6 +70,8 @@ class CountSketch:
 
 
 def sketch_for(cache: dict, numel: int, rows: int, width: int, seed: int, device) -> CountSketch:
+    """The :class:`CountSketch` of ``numel`` values on ``device``, built once and kept in
+    ``cache`` (its hash tables cost a pass over ``numel`` random draws)."""
     key = (numel, str(device))
     if key not in cache:
         cache[key] = CountSketch(numel, rows, width, seed, device)

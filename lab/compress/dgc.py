@@ -46,6 +46,8 @@ from .topk_sampled import MIN_SAMPLE, sampled_topk_indices
        warmup_stages=Arg(int, ge=0, help="stages of the warm-up"),
        sampled=Arg(bool, help="select by a sampled threshold on large tensors"), sample=SAMPLE)
 class DGC(SparseCodec):
+    """Deep Gradient Compression: Top-k of a locally accumulated, momentum-corrected gradient,
+    with clipping, factor masking and a warm-up of the density (module docstring)."""
     name = "dgc"
     stateful = True
     checks_finite = True  # encode refuses NaN/Inf itself: in the C accumulation's pass, or first

@@ -24,7 +24,8 @@ from .base import Compressor, check_finite, make, register
 @register("ef")
 @takes(inner=Arg((Compressor, str), help="the codec wrapped: a Compressor or a registered name"))
 class ErrorFeedback(Compressor):
-    """Wraps ``inner`` (a Compressor or a registered name) with a per-``key`` residual."""
+    """Wraps ``inner`` (a Compressor or a registered name) with a per-``key`` residual;
+    ``inner_kw`` are the arguments of a codec given by name (``inner="topk", density=0.01``)."""
 
     name = "ef"
     stateful = True

@@ -39,6 +39,8 @@ def pack_bits_reference(mask: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_bits_reference(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """The first ``numel`` bits of ``packed`` as bools, with plain torch ops: the reference
+    the fast :func:`unpack_bits` is tested against."""
     bits = (packed.reshape(-1, 1) & _WEIGHTS.to(packed.device)) != 0
     return bits.reshape(-1)[:numel]
 
@@ -51,6 +53,8 @@ def pack_uint_reference(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def unpack_uint_reference(packed: torch.Tensor, numel: int, bits: int) -> torch.Tensor:
+    """The ``numel`` codes of ``bits`` bits in ``packed`` as int64, one bit plane at a time:
+    the reference the fast :func:`unpack_uint` is tested against."""
     planes = unpack_bits_reference(packed, numel * bits).view(numel, bits).to(dtype=torch.int64)
     return (planes << torch.arange(bits, device=packed.device)).sum(dim=1)
 

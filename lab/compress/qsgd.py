@@ -164,11 +164,44 @@ def dequantize(norms, levels, negative, s: int, bucket: int, numel: int) -> torc
     return set_sign(mag, negative)
 
 
+def levels_arg(default: int) -> Arg:
+    """The declaration of ``s``, the levels per sign (a level 0..s is sent in
+    ceil(log2(s + 1)) bits, at most 32), for a codec whose default is ``default``."""
+    return Arg(int, ge=1, lt=2 ** 32, none=True,
+               help=f"levels per sign (None: {default}, or 2**bits - 1 where bits is given)")
+
+
+#: the same choice in bits: s = 2**bits - 1, the most levels ``bits`` bits hold
+BITS = Arg(int, ge=1, le=32, none=True,
+           help="bits per level instead of s: s = 2**bits - 1 (bits=4 is s=15); the sign "
+                "bit and the norms are sent besides")
+
+
+def resolve_levels(s: int | None, bits: int | None, default: int) -> int:
+    """The levels ``s`` that ``s=`` or ``bits=`` asks for (``bits``: ``2**bits - 1``, the most
+    levels that fit), ``default`` where neither is given; the two together are refused by the
+    declaration's rule (:func:`one_of_s_and_bits`)."""
+    if bits is not None:
+        return 2 ** bits - 1
+    return default if s is None else s
+
+
+def one_of_s_and_bits(values: dict) -> str | None:
+    """The rule of QSGD's declaration: ``s`` and ``bits`` name one choice, so not both."""
+    if values.get("s") is not None and values.get("bits") is not None:
+        return (f"give s or bits, not both (bits={values['bits']} means "
+                f"s={2 ** values['bits'] - 1}), got s={values['s']}, bits={values['bits']}")
+    return None
+
+
 @register("qsgd")
-@takes(s=Arg(int, ge=1, lt=2 ** 32, help="levels (levels are packed in at most 32 bits)"),
-       bucket_size=BUCKET)
+@takes(s=levels_arg(15), bucket_size=BUCKET, bits=BITS, rule=one_of_s_and_bits)
 class QSGD(Compressor):
-    """QSGD with ``s`` levels and buckets of ``bucket_size`` values (None: one bucket)."""
+    """QSGD with ``s`` levels and buckets of ``bucket_size`` values (None: one bucket).
+
+    ``bits`` instead of ``s`` asks for the most levels that ``bits`` bits hold,
+    ``s = 2**bits - 1``; either way ``self.bits`` is ``ceil(log2(s + 1))``, the bits each
+    level takes on the wire (``make("qsgd", bits=4).s == 15``)."""
     fixed_size = True
     checks_finite = True  # through its bucket norms
 
@@ -179,9 +212,10 @@ class QSGD(Compressor):
                       where={"buckets": "ceil(n / bucket_size) (1 if bucket_size is None)",
                              "bits": "ceil(log2(s + 1))"})
 
-    def __init__(self, s: int = 15, bucket_size: int | None = 512, seed: int = 0):
-        self.s, self.bucket_size = s, bucket_size
-        self.bits = s.bit_length()  # ceil(log2(s + 1)): levels 0..s
+    def __init__(self, s: int | None = None, bucket_size: int | None = 512, seed: int = 0,
+                 bits: int | None = None):
+        self.s, self.bucket_size = resolve_levels(s, bits, 15), bucket_size
+        self.bits = self.s.bit_length()  # ceil(log2(s + 1)): levels 0..s
         super().__init__(seed=seed)
 
     def _bucket(self, numel: int) -> int:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..argspec import takes
 from .base import Part, PayloadError, WireFormat, register
 from .packing import pack_bits, unpack_bits
-from .qsgd import QSGD, dequantize, quantize
+from .qsgd import (QSGD, dequantize, levels_arg, one_of_s_and_bits, quantize,
+                   resolve_levels)
 
 
 def _floor_log2(k: torch.Tensor) -> torch.Tensor:
@@ -96,9 +98,11 @@ def elias_gamma_decode_qsgd(stream: torch.Tensor, numel: int | None = None):
 
 
 @register("qsgd_elias")
+@takes(s=levels_arg(2), rule=one_of_s_and_bits)  # its own default s; QSGD's other arguments
 class QSGDElias(QSGD):
     """QSGD whose nonzero (gap, sign, level) triples are Elias-gamma coded into a bit stream."""
     fixed_size = False  # the Elias stream has a data-dependent length
+    checks_in_decode = True  # the stream parsed in full: positions within n, levels in 1..s
 
     name = "qsgd_elias"
     wire = WireFormat(Part("norms", torch.float32, "buckets", "finite >= 0"),
@@ -109,8 +113,10 @@ class QSGDElias(QSGD):
                            "gamma coded; parsed and checked in full (gaps within n, levels "
                            "in 1..s, < 8 bits of zero padding)")
 
-    def __init__(self, s: int = 2, bucket_size: int | None = 512, seed: int = 0):
-        super().__init__(s=s, bucket_size=bucket_size, seed=seed)  # QSGD's declaration checks
+    def __init__(self, s: int | None = None, bucket_size: int | None = 512, seed: int = 0,
+                 bits: int | None = None):
+        # s resolved here (default 2; bits: s = 2**bits - 1, as for QSGD)
+        super().__init__(s=resolve_levels(s, bits, 2), bucket_size=bucket_size, seed=seed)
 
     def encode(self, flat, key):
         norms, levels, neg = quantize(flat, self.s, self._bucket(flat.numel()),

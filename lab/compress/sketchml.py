@@ -86,6 +86,7 @@ def delta_encode(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def delta_decode(flags: torch.Tensor, data: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` sorted keys that :func:`delta_encode`'s flags and bytes spell."""
     return torch.cumsum(_decode_deltas(flags, data, count), 0)
 
 
@@ -124,6 +125,7 @@ class SketchML(Compressor):
     name = "sketchml"
     shared_randomness = True
     wire_vars_read_payload = True  # the header says how long the other parts are
+    checks_in_decode = True  # decoded keys within the tensor, buckets within their sign's
     wire = WireFormat(
         Part("header", torch.int32, "3 + groups", "0..2**31 - 1"),
         Part("means", torch.float32, "qpos + qneg", "finite >= 0"),

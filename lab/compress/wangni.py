@@ -71,6 +71,8 @@ class Wangni(SparseCodec):
         super().__init__(seed=seed)
 
     def budget(self, n: int) -> float:
+        """The expected number of values kept of ``n``: ``k`` (at most ``n``; a ValueError
+        where it exceeds a nonempty tensor), else ``density * n``."""
         if self.k is not None:
             if self.k > n and n > 0:
                 raise ValueError(f"k={self.k} exceeds the tensor's {n} elements")

@@ -28,8 +28,10 @@ bound evaluated once, so it costs a few comparisons and one C min/max per bounde
 
 What is not checked: the content of value and code streams (a flipped bit in a float or a
 2-bit code decodes to another finite value, detectable only by a checksum), except where a
-codec's own ``check_payload`` adds a check because an entry addresses memory (ZipML's codes)
-or a stream has structure (QSGD-Elias, SketchML).
+codec's decoder adds a check because an entry addresses memory (ZipML's codes, the keys
+SketchML's stream decodes to) or a stream has structure (QSGD-Elias): such a codec sets
+``checks_in_decode``, and its ``check_payload`` decodes too, so it refuses all that
+``decompress`` refuses.
 """
 from __future__ import annotations
 
@@ -186,6 +188,7 @@ class WireFormat:
             if t.dtype is not want:
                 raise PayloadError(name, pname, f"dtype {want}", f"dtype {t.dtype}")
         names = {"n": numel} if self._simple else self._names_for(codec, numel, ctx, payload)
+        bound = {}  # count -> (the part that fixed it, that part's length)
         for c, t in zip(self._compiled, payload):
             size = t.numel()
             if c.kind == "exact":
@@ -199,7 +202,7 @@ class WireFormat:
                     raise PayloadError(name, c.part.name, f"{c.part.size} = {lo}..{hi} "
                                        "elements", f"{size}")
             else:
-                self._bind(codec, c, size, names)
+                self._bind(codec, c, size, names, bound)
             names[c.part.name] = size
         for i in self._valued:
             if payload[i].numel() and self.parts[i].name not in skip:
@@ -235,13 +238,18 @@ class WireFormat:
                 pass
         return names
 
-    def _bind(self, codec, c: _Compiled, size: int, names) -> None:
+    def _bind(self, codec, c: _Compiled, size: int, names, bound: dict) -> None:
+        """Fix the count ``c``'s length gives, or check it against the count an earlier part
+        fixed; a disagreement names both parts (either may be the one cut or extended)."""
         factor_code, count = c.size
         factor = _ev(factor_code, names)
         if count in names:  # fixed by an earlier part
             if size != factor * names[count]:
+                first, first_size = bound[count]
                 raise PayloadError(codec.name, c.part.name, f"{c.part.size} = "
-                                   f"{factor * names[count]} elements", f"{size}")
+                                   f"{factor * names[count]} elements, as part {first!r} "
+                                   f"({first_size} elements) gives {count} = {names[count]}",
+                                   f"{size}")
             return
         value, rest = divmod(size, factor) if factor else (0, size)
         lo, hi = (_ev(e, names) for e in self._count_ranges[count])
@@ -249,6 +257,7 @@ class WireFormat:
             raise PayloadError(codec.name, c.part.name, f"{c.part.size} elements with {count} "
                                f"in {self.counts[count]} = {lo}..{hi}", f"{size}")
         names[count] = value
+        bound[count] = (c.part.name, size)
 
     def _check_values(self, codec: str, c: _Compiled, t: torch.Tensor, names) -> None:
         lo, hi = min_max(t)

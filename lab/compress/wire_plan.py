@@ -43,6 +43,8 @@ def plan_for(fmt, codec, numel: int, dtype, ctx, skip=()):
     return plan or None
 
 def make_plan(fmt, codec, numel: int, dtype, ctx, skip) -> tuple:
+    """The plan :func:`plan_for` keeps: every dtype, length and entry bound of ``fmt``
+    evaluated for ``numel`` values of ``dtype`` decoded with ``ctx``."""
     names = fmt._names_for(codec, numel, ctx, ())
     index = index_dtype(numel)
     dtypes = tuple(dtype if k == 1 else index if k == 2 else fixed

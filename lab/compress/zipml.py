@@ -91,6 +91,8 @@ class ZipML(Compressor):
         codes = round_to_points(x, points, self.generator_for(x.device))
         return (points, pack_uint(codes, self.bits)), None
 
+    checks_in_decode = True  # codes against the points sent
+
     def decode(self, payload, ctx, numel, dtype):
         points, packed = payload
         if not numel:
