@@ -34,7 +34,8 @@ def test_every_notebook_with_an_exercises_section_appears():
     page = ex.OUT.read_text(encoding="utf8")
     parsed = {nb.docname: nb for nb in ex.scan()}
     for docname in with_exercises:
-        assert f"</book/{docname}>`" in page, f"{docname} is missing from the exercise index"
+        assert f'<a href="{docname}.html#exercises">' in page, (
+            f"{docname} is missing from the exercise index, or its link misses its exercises")
         numbers = [e.number for e in parsed[docname].exercises]
         assert numbers == list(range(1, len(numbers) + 1)) and numbers, (docname, numbers)
 

@@ -6,8 +6,16 @@
 Every notebook under ``book/NN_part/`` is scanned. Its exercises are the numbered items of the
 markdown after a ``## Exercises`` heading (up to the next ``#``/``##`` heading), in one cell or
 spread over several; a solution is a ``{admonition} Solution`` fence (hidden in the book by
-``:class: dropdown``). A solution fence that follows several exercises and holds a numbered list
-answers them by number; any other solution fence answers the exercise just before it.
+``:class: dropdown``; ``is_solution`` is the one test, which tools/student_copy.py uses to remove
+them). A solution fence that follows several exercises and holds a numbered list answers them by
+number; any other solution fence answers the exercise just before it.
+
+Each notebook's row links to its Exercises section, not to the top of the page: to the id Sphinx
+gives that heading, ``docutils.nodes.make_id("Exercises")`` = ``exercises`` (the id of the
+``<section>`` in the built HTML). MyST resolves a link to a heading of another document
+(``[text](page.ipynb#exercises)``) only with ``myst_heading_anchors`` set in _config.yml, and
+``{ref}`` needs a label in the notebook, so the link is an HTML anchor; ``exercises_anchor``
+refuses a notebook in which an earlier heading already takes that id.
 
 Difficulty, expected time and "needs a GPU" are never typed into the page: they come from an
 optional tag in the exercise's text, an HTML comment that neither Jupyter nor the book shows,
@@ -20,13 +28,16 @@ generated page and the course guide (book/course_guide.md) both state word for w
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from docutils.nodes import make_id
 from markdown_it import MarkdownIt
+from mdit_py_plugins.colon_fence import colon_fence_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -49,6 +60,9 @@ GPU = re.compile(r"LAB_PROFILE\s*=\s*gpu|\bcuda\b|\bGPU machine\b|\bon (?:a|the|
 TAG = re.compile(r"<!--\s*exercise:(.*?)-->", re.DOTALL)
 EXERCISES = re.compile(r"^##\s+Exercises\s*$", re.MULTILINE)
 HEADING = re.compile(r"^#{1,2}\s", re.MULTILINE)
+LABEL = re.compile(r"^\(([^()\s]+)\)=\s*$", re.MULTILINE)
+ANCHOR = make_id("Exercises")   # "exercises": the id of the section in the built HTML
+SOLUTION_DIRECTIVES = ("admonition", "dropdown")
 # Inline MyST that must never be cut: roles, code spans and math. A word is a run of those and
 # of other characters up to a space outside them.
 SPAN = r"\{[\w:-]+\}`[^`]*`|`[^`]*`|\$\$.*?\$\$|\$[^$]*\$"
@@ -67,7 +81,16 @@ RULES = f"""\
   GPU; otherwise it runs on a CPU.
 """
 
-_md = MarkdownIt("commonmark")
+# commonmark plus MyST's colon fences (the book enables colon_fence), so that a ``:::`` fence
+# is one block here as in the book
+_md = MarkdownIt("commonmark").use(colon_fence_plugin)
+
+
+def is_solution(tok) -> bool:
+    """A fence token that holds a solution: ``{admonition} Solution`` (or ``{dropdown}``)."""
+    m = re.match(r"\{([\w-]+)\}", tok.info)
+    return (tok.type in ("fence", "colon_fence") and m is not None
+            and m.group(1) in SOLUTION_DIRECTIVES and "Solution" in tok.info)
 
 
 @dataclass
@@ -122,10 +145,16 @@ class Notebook:
     path: Path
     title: str
     exercises: list[Exercise] = field(default_factory=list)
+    anchor: str = ANCHOR
 
     @property
     def docname(self) -> str:  # relative to book/, no suffix, as {doc} wants it
         return self.path.relative_to(BOOK).with_suffix("").as_posix()
+
+    @property
+    def href(self) -> str:
+        """The link from book/exercise_index.html to this notebook's Exercises section."""
+        return f"{self.docname}.html#{self.anchor}"
 
 
 def _plain(text: str) -> str:
@@ -160,6 +189,30 @@ def _solution_body(fence_content: str) -> tuple[str, bool]:
     return "\n".join(body).strip(), hidden
 
 
+def exercises_anchor(cells: list[str]) -> str:
+    """The HTML id of the notebook's ``## Exercises`` section: ``ANCHOR``, unless a heading or a
+    MyST label ``(name)=`` before it already has that id (docutils would then number the
+    section ``id1``, ...)."""
+    for cell in cells:
+        tokens = _md.parse(cell)
+        for tok, nxt in zip(tokens, tokens[1:]):
+            if tok.type == "heading_open" and nxt.type == "inline":
+                if tok.tag == "h2" and nxt.content.strip() == "Exercises":
+                    return ANCHOR
+                name = nxt.content
+            elif tok.type == "paragraph_open" and nxt.type == "inline":
+                label = LABEL.match(nxt.content.splitlines()[0] if nxt.content else "")
+                if not label:
+                    continue
+                name = label.group(1)
+            else:
+                continue
+            if make_id(name) == ANCHOR:
+                raise ValueError(f"{name!r} takes the id {ANCHOR!r} before the Exercises "
+                                 "heading: rename it")
+    raise ValueError("no Exercises heading")
+
+
 def _numbered_items(text: str) -> dict[int, str]:
     """Top-level numbered items of a markdown text, by number."""
     lines, items = text.splitlines(), {}
@@ -191,9 +244,9 @@ def parse_exercises(cells: list[str]) -> list[Exercise] | None:
         for tok in _md.parse(cell):
             if tok.type == "list_item_open" and tok.level == 1 and tok.info.isdigit() and tok.map:
                 exercises.append(Exercise(int(tok.info), _item_text(lines, *tok.map)))
-            elif (tok.type == "fence" and tok.info.startswith("{admonition}")
-                  and "Solution" in tok.info):
+            elif is_solution(tok):
                 body, hidden = _solution_body(tok.content)
+                hidden = hidden or tok.info.startswith("{dropdown}")
                 pending = [e for e in exercises if e.solution is None]
                 numbered = _numbered_items(body)
                 if len(pending) > 1 and numbered:
@@ -220,7 +273,11 @@ def scan(book: Path = BOOK) -> list[Notebook]:
         cells = _cells(path)
         exercises = parse_exercises(cells)
         if exercises is not None:
-            found.append(Notebook(path, _title(cells, path.stem), exercises))
+            try:
+                anchor = exercises_anchor(cells)
+            except ValueError as e:
+                raise ValueError(f"{path.relative_to(ROOT)}: {e}") from None
+            found.append(Notebook(path, _title(cells, path.stem), exercises, anchor))
     return found
 
 
@@ -290,7 +347,8 @@ def render(notebooks: list[Notebook] | None = None) -> str:
         "",
         f"Every exercise in the book: {len(every)} exercises in {len(notebooks)} notebooks, "
         f"{sum(e.hands_on for e in every)} of them hands-on. Each notebook ends with its "
-        "exercises and their solutions, which the book hides until you click them. This page "
+        "exercises and their solutions, which the book hides until you click them; a "
+        "notebook's title below opens its exercises. This page "
         "is generated from the notebooks by `tools/exercise_index.py`; the difficulty, the "
         "time and the GPU column come from a tag in the exercise where it has one, otherwise "
         "from these rules on the exercise's text (details in {ref}`course-guide-exercises`):",
@@ -313,7 +371,8 @@ def render(notebooks: list[Notebook] | None = None) -> str:
                 "|---|---:|---|---|---|---:|---|"]
         for nb in nbs:
             for i, ex in enumerate(nb.exercises):
-                link = f"{{doc}}`{nb.title} </book/{nb.docname}>`" if i == 0 else ""
+                link = (f'<a href="{html.escape(nb.href)}">{html.escape(nb.title, quote=False)}</a>'
+                        if i == 0 else "")
                 out.append(f"| {link} | {ex.number} | {topic(ex, nb)} | {ex.kind} | "
                            f"{LEVELS.get(ex.difficulty, ex.difficulty)} | {ex.minutes} min | "
                            f"{'yes' if ex.gpu else 'no'} |")
