@@ -87,7 +87,7 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                    workers=(2, 4), rounds: int = 5, block: int = 3,
                    batch_per_rank: int | None = None, device: str = "cpu",
                    link: str = "model", profiles: dict | None = None,
-                   turns_ms: dict | None = None) -> list[dict]:
+                   turns_ms: dict | None = None, how: str = "rotate") -> list[dict]:
     """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
     phase of a shared machine hits every schedule alike): the step time (see :func:`turns`),
     the step time predicted (:func:`lab.schedule.plan.predict`) from per-layer times measured
@@ -123,7 +123,7 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                    if (c.network, SAME_SLICES.get(c.schedule)) in keys else i
                    for i, c in enumerate(cfgs)]
             got = dict(zip(keys, turns(cfgs, w, rounds, block, timeout=300 + 30 * len(cfgs),
-                                       ref=ref, device=device, link=link)))
+                                       ref=ref, device=device, link=link, how=how)))
             c_sync = float(np.median([got[n, "sync"]["compute_ms"] for n in networks])) / 1e3
             fwd, ready = scaled(profile, c_sync)
             if profiles is not None:
@@ -139,17 +139,25 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                     ms, psp = got[n, s]["ms"], pred["sync"] / pred[s]
                     sp, sp_lo, sp_hi = paired(got[n, "sync"], got[n, s])
                     xf = paired(got[n, "fifo"], got[n, s]) if fifo else (None,) * 3
+                    sp95 = interval_text(got[n, "sync"], got[n, s])
+                    xf95 = interval_text(got[n, "fifo"], got[n, s]) if fifo else None
+                    ceiling = (1e3 * c_sync + t) / max(1e3 * c_sync, t)
                     rows.append({
                         "model": model, "ranks": w, "device": device, "batch": cfgs[0].batch_size,
                         "link": n, "link kind": link, "schedule": s,
                         "ms/step": round(ms, 1), "predicted ms": round(pred[s], 1),
                         "speedup": round(sp, 3), "speedup IQR": f"{sp_lo:.2f}-{sp_hi:.2f}",
+                        "speedup 95%": sp95,
                         "predicted speedup": round(psp, 3),
                         "x fifo": round(xf[0], 3) if fifo else None,
                         "x fifo IQR": f"{xf[1]:.2f}-{xf[2]:.2f}" if fifo else None,
+                        "x fifo 95%": xf95,
                         "predicted x fifo": round(pred["fifo"] / pred[s], 3) if fifo else None,
                         "measured/predicted": round(sp / psp, 3),
-                        "bound": round((1e3 * c_sync + t) / max(1e3 * c_sync, t), 3),
+                        "bound": round(ceiling, 3),
+                        # no overlap of C and T can beat (C + T) / max(C, T): above it, the
+                        # baseline is broken (or the machine's load changed under it)
+                        "above bound": bool(sp > ceiling),
                         "compute x sync": round(got[n, s]["compute_ms"] / (1e3 * c_sync), 3),
                         "spread": round(got[n, s]["spread"], 3),
                         "bytes/step": got[n, s]["bytes"] // (rounds * block),
@@ -169,7 +177,53 @@ def paired(base: dict, other: dict) -> tuple[float, float, float]:
     return float(med), float(q1), float(q3)
 
 
-def _turns_rank(ctx, cfgs, rounds: int, block: int):
+def interval_text(base: dict, other: dict) -> str | None:
+    """The 95% interval of the median per-round ratio (:func:`lab.rules.median_interval`),
+    as ``"low-high"``; None with fewer than 6 rounds (too few for a 95% interval)."""
+    from ..rules import median_interval
+    r = np.asarray(base["turns_ms"]) / np.asarray(other["turns_ms"])
+    if len(r) < 6:
+        return None
+    _, lo, hi = median_interval(r.tolist())
+    return f"{lo:.3f}-{hi:.3f}"
+
+
+def aa_control(model: str = "vgg", network: str = "1Gbps,0.1ms", workers: int = 2,
+               rounds: int = 25, block: int = 4, schedule: str = "fifo", link: str = "model",
+               how: str = "rotate") -> dict:
+    """The A/A control of the turns bench: one schedule run as two identical configs in turns,
+    which must measure 1.00 within its interval; a systematic departure is a penalty of the
+    bench (the order of turns, a switch between runs), which a p3/fifo ratio would carry.
+    Returns the per-round ratios (first copy's turn over the second's), their median and
+    95% interval, and whether the interval contains 1 and lies within 1 +- 0.05."""
+    from ..rules import median_interval
+    cfg = config(model, schedule, network, rounds * block)
+    a, b = turns([cfg, cfg], workers, rounds, block, timeout=300 + 10 * rounds, link=link, how=how)
+    r = (np.asarray(a["turns_ms"]) / np.asarray(b["turns_ms"])).tolist()
+    med, lo, hi = median_interval(r)
+    return stamp([{"model": model, "link": network, "ranks": workers, "schedule": schedule,
+                   "rounds": rounds, "order": how, "ratio": round(med, 4), "95% low": round(lo, 4),
+                   "95% high": round(hi, 4), "contains 1": bool(lo <= 1 <= hi),
+                   "within 0.05": bool(lo >= 0.95 and hi <= 1.05), "ratios": [round(x, 4) for x in r],
+                   "ms/step": round(a["ms"], 2)}],
+                 link_of(network, kernel=link == "kernel"), clock={"ms/step": "wall"})[0]
+
+
+def order(r: int, n: int, how: str = "rotate") -> list[int]:
+    """The order of ``n`` configs in round ``r``. ``"rotate"``: shifted by one each round, so
+    that each config is first, second, ... equally often and every turn follows another config
+    (a turn pays the same switch from the one before: with two configs, the same order every
+    round); ``"reverse"``: odd rounds reversed (the older order, under which the config that
+    ends a round also starts the next, and a turn that follows itself pays no switch)."""
+    if how == "reverse":
+        return list(range(n))[::-1] if r % 2 else list(range(n))
+    if how != "rotate":
+        raise ValueError(f"order: how must be 'rotate' or 'reverse', got {how!r}")
+    shift = 0 if n <= 2 else r % n
+    return [(i + shift) % n for i in range(n)]
+
+
+def _turns_rank(ctx, cfgs, rounds: int, block: int, how: str = "rotate"):
     from .. import schedule
     from ..comm import Collective, CommLedger
     from ..train.loop import engine
@@ -179,8 +233,8 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
         e = engine(ctx, cfg, comm)
         runs.append((cfg, comm, e, schedule.make(cfg.schedule, e, **cfg.schedule_kw), [], [], [], []))
     try:
-        for r in range(rounds):   # odd rounds in reverse: no schedule always follows another
-            for cfg, comm, e, s, times, computes, losses, events in (runs[::-1] if r % 2 else runs):
+        for r in range(rounds):
+            for cfg, comm, e, s, times, computes, losses, events in (runs[i] for i in order(r, len(runs), how)):
                 comm.network = cfg.network_at(0)   # a kernel link: the NIC shaped to this run's rate
                 for k in range(block):
                     step = r * block + k
@@ -206,11 +260,10 @@ def _turns_rank(ctx, cfgs, rounds: int, block: int):
 
 
 def turns(cfgs, workers: int, rounds: int = 5, block: int = 3, timeout: float = 600,
-          ref=None, device: str = "cpu", link: str = "model") -> list[dict]:
+          ref=None, device: str = "cpu", link: str = "model", how: str = "rotate") -> list[dict]:
     """Run ``cfgs`` on the same ``workers`` ranks *in turns*: ``block`` steps of each, round
     after round, so a slow phase of a shared machine hits every schedule alike (the way
-    ``ddp_hook`` times two hooks; odd rounds run the configs in reverse order, so that none
-    always runs right after another). Per config: ``ms``, the median over rounds of each turn's
+    ``ddp_hook`` times two hooks; the order of each round is :func:`order`'s ``how``). Per config: ``ms``, the median over rounds of each turn's
     mean steady step (the first step of each turn is left out: it starts with nothing in flight;
     a turn's mean, not single steps, because an overlapping schedule's step can borrow time
     from the step before it); ``turns_ms``, those turns; ``spread``, their interquartile range
@@ -229,7 +282,8 @@ def turns(cfgs, workers: int, rounds: int = 5, block: int = 3, timeout: float = 
             raise ValueError(f"turns: each config needs steps = rounds * block = {rounds * block}, "
                              f"got {c.steps} ({c.name})")
     kw = {"link": "kernel", "network": cfgs[0].network_at(0)} if link == "kernel" else {}
-    res = launch(_turns_rank, workers, list(cfgs), rounds, block, timeout=timeout, device=device,
+    order(0, len(cfgs), how)   # refuse a bad order before launching
+    res = launch(_turns_rank, workers, list(cfgs), rounds, block, how, timeout=timeout, device=device,
                  **kw)
     out = []
     for i in range(len(cfgs)):
@@ -380,6 +434,11 @@ def main(argv=None) -> int:
                    help="rounds of turns in the schedule table, 3 steps of each schedule per round "
                         "(default 5)")
     p.add_argument("--only", choices=["schedules"], help="only the schedule table")
+    p.add_argument("--aa", action="store_true",
+                   help="only the A/A control: fifo against itself in turns (--models, "
+                        "--networks, --workers: the first of each; --rounds; --link)")
+    p.add_argument("--order", choices=["rotate", "reverse"], default="rotate",
+                   help="the order of turns in each round (lab.bench.p3.order)")
     p.add_argument("--batch-per-rank", type=int, default=None,
                    help="schedule table: global batch = this x ranks (weak scaling) instead of "
                         "the book's fixed 256")
@@ -415,6 +474,15 @@ def main(argv=None) -> int:
         from ..comm import kernel
         if kernel.unavailable():
             p.error(f"--link kernel: {kernel.unavailable()}")
+    if a.aa:
+        row = aa_control(a.models[0], a.networks[0], a.workers[0], rounds=max(a.rounds, 6),
+                         link=a.link, how=a.order)
+        if a.json:
+            print(json.dumps({"aa": row, "machine": machine(), "load": load()}, indent=1))
+        else:
+            print_rows([{k: v for k, v in row.items() if k != "ratios"}],
+                       f"A/A control: {row['schedule']} against itself in turns ({load()})")
+        return 0
     if a.ps:
         from .ps import p3_table
         rows = p3_table(steps=6 if a.quick else 10, rounds=1 if a.quick else 3)
@@ -427,7 +495,7 @@ def main(argv=None) -> int:
     out = {"schedules": schedule_table(tuple(a.models), tuple(a.networks), schedules,
                                        workers=tuple(a.workers), rounds=3 if a.quick else a.rounds,
                                        batch_per_rank=a.batch_per_rank, device=a.device,
-                                       link=a.link)}
+                                       link=a.link, how=a.order)}
     if a.only is None:
         out["engine_cost"] = engine_cost(rounds=3 if a.quick else 6)
         out["ddp_hook"] = ddp_hook(steps=15 if a.quick else 30)
