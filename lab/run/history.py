@@ -47,11 +47,13 @@ class History:
     # -- derived -------------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The run's label: its config's ``label``, else ``name``, else its compressor."""
         c = self.config
         return c.get("label") or c.get("name") or c.get("compressor", "run")
 
     @property
     def steps(self) -> int:
+        """How many steps the run completed (one loss each)."""
         return len(self.loss)
 
     @property
@@ -108,13 +110,17 @@ class History:
 
     @property
     def final_acc(self) -> float:
+        """The last held-out accuracy measured; NaN if none was."""
         return self.test_acc[-1] if self.test_acc else float("nan")
 
     @property
     def bytes_per_step(self) -> float:
+        """Mean bytes this rank handed to collectives per step (the ledger's), 0 if none."""
         return float(np.mean(self.bytes)) if self.bytes else 0.0
 
     def summary(self) -> dict:
+        """The run in one row: loss, accuracy, bytes and the per-step time split (means),
+        as ``python -m lab train`` prints it."""
         return {
             "run": self.name, "workers": self.world_size, "steps": self.steps,
             "final_loss": round(float(np.mean(self.loss[-5:])), 4) if self.loss else None,
@@ -139,12 +145,13 @@ class History:
 
     @classmethod
     def from_json(cls, path) -> "History":
+        """A History read back from :meth:`to_json`'s file."""
         with open(path) as f:
             return cls(**json.load(f))
 
     def to_csv(self, path) -> None:
         """One row per step: ``step``, every per-step field under the name history.json gives
-        it (loss, bytes, recv_bytes, wire_sent, wire_recv, compute_s, ...: :func:`_per_step`),
+        it (loss, bytes, recv_bytes, wire_sent, wire_recv, compute_s, ...),
         then the held-out metrics on the steps where they were measured. A field this run did
         not record (an empty list) keeps its column, empty."""
         cols = _per_step(self)
