@@ -443,11 +443,16 @@ def main(argv=None) -> int:
                    help="schedule table: global batch = this x ranks (weak scaling) instead of "
                         "the book's fixed 256")
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS),
-                   help="schedule table: models (default: vgg vgg32 resnet)")
+                   help="models (default: vgg vgg32 resnet; --ps: vgg)")
     p.add_argument("--networks", nargs="+", default=list(NETWORKS),
                    help="schedule table: links (default: 100Mbps..3Gbps at 0.1 ms)")
     p.add_argument("--link", choices=["model", "kernel"], default="model",
                    help="schedule table: the emulated link (default) or a kernel link (root)")
+    p.add_argument("--ps-rounds", type=int, default=3,
+                   help="--ps: rounds, each running every (link, scheme) once (25 for a claim)")
+    p.add_argument("--ps-schemes", choices=["all", "main"], default="all",
+                   help="--ps: every scheme of lab.bench.ps.P3_RUNS, or the main comparison "
+                        "(2 workers + 2 servers: kvstore, p3-ps, slicing alone, priority alone)")
     p.add_argument("--ps", action="store_true",
                    help="only the parameter-server table: p3-ps against MXNet's default KVStore "
                         "on as many servers (lab.bench.ps.p3_table)")
@@ -484,12 +489,19 @@ def main(argv=None) -> int:
                        f"A/A control: {row['schedule']} against itself in turns ({load()})")
         return 0
     if a.ps:
-        from .ps import p3_table
-        rows = p3_table(steps=6 if a.quick else 10, rounds=1 if a.quick else 3)
+        from .ps import P3_MAIN, P3_NETWORKS, P3_RUNS, p3_table
+        nets = P3_NETWORKS if a.networks == list(NETWORKS) else tuple(a.networks)
+        models = ["vgg"] if a.models == list(MODELS) else a.models
+        rows = p3_table(models, nets, steps=6 if a.quick else 10,
+                        rounds=1 if a.quick else a.ps_rounds,
+                        runs=P3_MAIN if a.ps_schemes == "main" else P3_RUNS, link=a.link)
         if a.json:
-            print(json.dumps({"ps": rows, "machine": machine(), "load": load()}, indent=1))
+            print(json.dumps({"ps": rows, "command": "python -m lab bench p3 " + " ".join(argv or []),
+                              "machine": machine(), "load": load(),
+                              "date": datetime.date.today().isoformat()}, indent=1))
         else:
-            print_rows(rows, f"P3 on parameter servers against MXNet's KVStore ({load()})")
+            print_rows([{k: v for k, v in r.items() if k != "ratios"} for r in rows],
+                       f"P3 on parameter servers against MXNet's KVStore ({a.link} link; {load()})")
         return 0
     schedules = tuple(["sync"] + [s for s in a.schedules if s != "sync"])
     out = {"schedules": schedule_table(tuple(a.models), tuple(a.networks), schedules,

@@ -61,46 +61,63 @@ def main(argv=None) -> list[dict]:
 
 
 #: label -> (servers, sync mode, sync_kw) of the P3 parameter-server table: each p3-ps beside
-#: MXNet's default KVStore on as many servers (the paper's baseline)
+#: MXNet's default KVStore on as many servers (the paper's baseline); slicing alone (sliced,
+#: FIFO) and priority alone (whole layers by priority) are the paper's ablation
 P3_RUNS = {"kvstore, 1 server": (1, "kvstore", {}),
            "p3-ps, 1 server": (1, "p3-ps", {}),
            "kvstore, 2 servers": (2, "kvstore", {"servers": 2}),
            "p3-ps, 2 servers": (2, "p3-ps", {"servers": 2}),
            "p3-ps fifo, 2 servers": (2, "p3-ps", {"servers": 2, "priority": False}),
+           "p3-ps unsliced, 2 servers": (2, "p3-ps", {"servers": 2, "slice_size": "inf"}),
            "kvstore, co-located": ("all", "kvstore", {"colocated": True}),
            "p3-ps, co-located": ("all", "p3-ps", {"colocated": True})}
+#: the chapter's main comparison: 2 workers + 2 servers, p3-ps against the KVStore, with
+#: slicing alone and priority alone
+P3_MAIN = {k: P3_RUNS[k] for k in ("kvstore, 2 servers", "p3-ps, 2 servers",
+                                   "p3-ps fifo, 2 servers", "p3-ps unsliced, 2 servers")}
 P3_NETWORKS = ("100Mbps,0.1ms", "1Gbps,0.1ms", "3Gbps,0.1ms")
 
 
-def p3_table(model: str = "vgg", networks=P3_NETWORKS, ranks: int = 4, steps: int = 10,
-             rounds: int = 3, warmup: int = 3, runs=None) -> list[dict]:
+def p3_table(model="vgg", networks=P3_NETWORKS, ranks: int = 4, steps: int = 10,
+             rounds: int = 3, warmup: int = 3, runs=None, link: str = "model") -> list[dict]:
     """P3 on parameter servers (:mod:`lab.sync.p3_server`) against MXNet's default KVStore
     (:mod:`lab.sync.kvstore`) on the same number of servers, on ``ranks`` ranks: per link and
     scheme, the measured step (the workers' compute plus exposed waits) as the median over
-    ``rounds`` runs taken in turns of each run's median step after ``warmup``; p3-ps over the
-    KVStore with as many servers (``x kvstore``, with the range over rounds), and the final
-    loss's distance from the KVStore's (the same sums: 0)."""
+    ``rounds`` rounds (each round runs every (model, link, scheme) once, in one launch, so a
+    slow phase of the machine hits every scheme alike) of each run's median step after
+    ``warmup``; ``model``: a name of :data:`lab.bench.p3.MODELS` or a list of them;
+    the KVStore's step over this scheme's, round by round (``x kvstore``: their median,
+    ``range``, and from 6 rounds on the median's 95% interval, ``ratios``: every round's), and
+    the final loss's distance from the KVStore's (the same sums: 0). ``link="kernel"``: the
+    ranks sit on a kernel link (:mod:`lab.comm.kernel`) reshaped to each run's network."""
+    from ..rules import median_interval
     from .p3 import config
     runs = runs or P3_RUNS
-    cfgs = [((n, label), config(model, "sync", n, steps).with_(sync=sync, sync_kw=kw))
-            for _ in range(rounds) for n in networks for label, (_, sync, kw) in runs.items()]
+    models = [model] if isinstance(model, str) else list(model)
+    cfgs = [((m, n, label), config(m, "sync", n, steps).with_(sync=sync, sync_kw=kw, link=link))
+            for _ in range(rounds) for m in models for n in networks
+            for label, (_, sync, kw) in runs.items()]
     hs = train_many([c for _, c in cfgs], ranks, timeout=120 + 60 * len(cfgs), progress=False)
     per: dict = {}
     for (key, _), h in zip(cfgs, hs):
         per.setdefault(key, []).append((float(np.median(h.step_s[warmup:])), h.loss[-1]))
     rows = []
-    for n in networks:
-        for label, (servers, sync, _) in runs.items():
-            ms = [1e3 * t for t, _ in per[n, label]]
-            base = ("kvstore, co-located" if servers == "all"
-                    else f"kvstore, {servers} server" + ("s" if servers > 1 else ""))
-            row = {"link": n, "scheme": label, "servers": ranks if servers == "all" else servers,
-                   "workers": ranks if servers == "all" else ranks - servers,
-                   "ms/step": round(float(np.median(ms)), 1)}
-            if base in runs and base != label:
-                ratios = [1e3 * b / m for (b, _), m in zip(per[n, base], ms)]
-                row.update({"x kvstore": round(float(np.median(ratios)), 3),
-                            "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
-                            "loss - kvstore": float(f"{per[n, label][0][1] - per[n, base][0][1]:.2g}")})
-            rows.append(row)
-    return stamp(rows, "modeled", clock={"ms/step": "wall"})
+    for m, n, label in per:   # keys in the order of the first round: model, link, scheme
+        servers = runs[label][0]
+        ms = [1e3 * t for t, _ in per[m, n, label]]
+        base = ("kvstore, co-located" if servers == "all"
+                else f"kvstore, {servers} server" + ("s" if servers > 1 else ""))
+        row = {"model": m, "link": n, "scheme": label,
+               "servers": ranks if servers == "all" else servers,
+               "workers": ranks if servers == "all" else ranks - servers,
+               "ms/step": round(float(np.median(ms)), 1)}
+        if base in runs and base != label:
+            ratios = [1e3 * b / t for (b, _), t in zip(per[m, n, base], ms)]
+            row.update({"x kvstore": round(float(np.median(ratios)), 3),
+                        "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+                        "95%": ("{:.3f}-{:.3f}".format(*median_interval(ratios)[1:])
+                                if len(ratios) >= 6 else None),
+                        "ratios": [round(r, 4) for r in ratios],
+                        "loss - kvstore": float(f"{per[m, n, label][0][1] - per[m, n, base][0][1]:.2g}")})
+        rows.append(row)
+    return stamp(rows, "kernel" if link == "kernel" else "modeled", clock={"ms/step": "wall"})
