@@ -14,11 +14,23 @@
   exempt.
 * **Overflow** (browser): a display equation wider than the text column, which scrolls sideways
   or is cut off, or whose number sits on the formula.
+* **Pipe tables** (static): a Markdown table shown as its text, rows of ``| a | b |`` over a row
+  of dashes (a cell's displayed Markdown rendered as CommonMark, which has no tables; the book
+  renders it as GitHub-flavoured Markdown, ``nb_render_markdown_format`` in _config.yml).
 * **Tiny figures** (browser): a figure shown at less than ``--min-scale`` (0.55) of its own
-  size. The notebooks draw at 110 dpi with 10 pt text, 15 px tall at full size: below 0.55 the
-  labels and legends are under 8 px. (The column is 784 px at 1400 px, so a figure up to 1,425 px
-  wide passes even inside it.) A figure that runs off the page is a fault too.
-* **Wide code** (browser): a code line wider than its box, hidden behind a scroll bar.
+  size. A figure that runs off the page is a fault too.
+* **Small figure text** (browser): a figure whose smallest text is shown under ``--min-text``
+  (9) CSS px. Text of s pt in a PNG saved at d dpi is s * d / 72 px high at full size, and
+  shown at (shown width / PNG width) of that. d is read from the PNG (matplotlib writes it in the
+  pHYs chunk), s is the smallest of the book's plot style (``lab.viz.STYLE``: 10 pt) and every
+  size the cell that drew the figure names in its code (``fontsize=7``, ``labelsize="small"``,
+  ``{"size": 8}``), read from the page's copy of the cell's input. (At 110 dpi and 10 pt a figure
+  passes shown at 0.59 of its size or more; with a 7 pt legend only at 0.84.)
+* **Wide code** (browser): a line of input code wider than its box, hidden behind a scroll bar
+  (code wraps, book.css).
+* **Wrapped outputs** (browser): a cell's output shown on more lines than it has. Outputs do
+  not wrap (a table printed row by row is unreadable wrapped): a line wider than its box
+  scrolls sideways within it, and the summary counts the output blocks that do.
 
 The browser checks open every page in headless Chromium at ``--width`` CSS px (default 1400),
 driven through the DevTools protocol with ``websocket-client`` (a dependency of the Jupyter server,
@@ -65,6 +77,13 @@ RAW_IN_PROSE = re.compile(DIRECTIVE + r"|\{[A-Za-z][\w:.+-]*\}(?=[`\w])")
 # Code blocks in these languages show MyST syntax on purpose.
 MARKUP_BLOCKS = re.compile(r"\bhighlight-(?:md|myst|markdown)\b")
 MIN_SCALE = 0.55
+# A figure's smallest text, shown, in CSS px (issue 49: legends of 7 pt drawn 1,860 px wide and
+# shown at 1,056 px were 6 px high).
+MIN_TEXT_PX = 9.0
+# A table in Markdown that was not parsed as one (CommonMark has no tables): its rows as text.
+# Sphinx's smart quotes turn the separator's --- into dashes.
+PIPE_ROW = re.compile(r"^[ \t]*\|.*\|[ \t]*$")
+PIPE_RULE = re.compile(r"^[ \t]*\|?(?:[ \t]*:?[-\u2013\u2014]+:?[ \t]*\|)+[ \t]*(?::?[-\u2013\u2014]+:?)?[ \t]*$")
 # Scripts that change no layout and cost most of a page's load: the icon font and search index.
 BLOCKED = ["*/fontawesome.js*", "*/searchindex.js*"]
 
@@ -113,6 +132,18 @@ def raw_myst(page_html: str) -> list[str]:
     return (raw_in_text("".join(parser.prose)) + raw_in_text("\n".join(parser.code), RAW_IN_CODE))
 
 
+def raw_tables(page_html: str) -> list[str]:
+    """The first row of each Markdown pipe table shown as text in a page's prose (a cell's
+    displayed Markdown rendered without table support, or a table that did not parse): a row,
+    then a separator row of dashes, as the page's visible text outside code blocks."""
+    parser = _Text()
+    parser.feed(page_html)
+    parser.close()
+    lines = "".join(parser.prose).splitlines()
+    return [" ".join(lines[i].split())[:80] for i in range(len(lines) - 1)
+            if PIPE_ROW.match(lines[i]) and PIPE_RULE.match(lines[i + 1])]
+
+
 def raw_in_text(text: str, pattern: re.Pattern = RAW_IN_PROSE) -> list[str]:
     return [" ".join(text[max(0, m.start() - 30):m.end() + 40].split())
             for m in pattern.finditer(text)]
@@ -145,7 +176,8 @@ MEASURE_JS = r"""
     return [eq && eq.id, sec && 'in #' + sec.id].filter(Boolean).join(' ');
   };
   const out = {column: col, viewport: window.innerWidth,
-               equations: [], figures: [], code: {lines: 0, wide: 0, boxes: []}};
+               equations: [], figures: [], code: {lines: 0, wide: 0, boxes: []},
+               outputs: {blocks: 0, lines: 0, scrolling: 0, wrapped: []}};
   for (const c of document.querySelectorAll('mjx-container[display="true"]')) {
     const m = c.querySelector('mjx-math') || c;
     const r = m.getBoundingClientRect(), box = c.getBoundingClientRect();
@@ -165,14 +197,36 @@ MEASURE_JS = r"""
   for (const im of article.querySelectorAll('img')) {
     if (!im.naturalWidth || !im.offsetParent) continue;
     const r = im.getBoundingClientRect();
+    // the code that drew it (a notebook cell's input, folded or not): its font sizes
+    const cell = im.closest('div.cell'), input = cell && cell.querySelector('div.cell_input pre');
     out.figures.push({src: im.getAttribute('src'), where: label(im), natural: im.naturalWidth,
                       width: r.width, scale: r.width / im.naturalWidth, of_column: r.width / col.width,
-                      right: r.right, top: r.top + window.scrollY, height: r.height});
+                      right: r.right, top: r.top + window.scrollY, height: r.height,
+                      source: input ? input.textContent : null});
   }
   for (const pre of article.querySelectorAll('pre')) {
     if (!pre.offsetParent) continue;  // hidden (a closed dropdown)
     const text = pre.textContent.replace(/\n$/, '');
-    out.code.lines += text.split('\n').length;
+    const lines = text.split('\n').length;
+    if (pre.closest('div.cell_output, div.output')) {
+      // An output must show each of its lines on one line (it scrolls sideways instead): the
+      // same text laid out unwrapped, in a copy of the box, gives the height of one line.
+      const copy = pre.cloneNode(true);
+      Object.assign(copy.style, {whiteSpace: 'pre', position: 'absolute', visibility: 'hidden',
+                                 width: pre.clientWidth + 'px', left: '0', top: '0'});
+      pre.parentElement.appendChild(copy);
+      const cs = getComputedStyle(pre);
+      const pad = parseFloat(cs.paddingTop) + parseFloat(cs.paddingBottom);
+      const line = (copy.scrollHeight - pad) / lines, shown = Math.round((pre.scrollHeight - pad) / line);
+      const scrolls = copy.scrollWidth > pre.clientWidth + 1;
+      copy.remove();
+      out.outputs.blocks += 1; out.outputs.lines += lines;
+      out.outputs.scrolling += scrolls;
+      if (shown > lines) out.outputs.wrapped.push({where: label(pre), lines: lines, shown: shown,
+                                                   top: pre.getBoundingClientRect().top + window.scrollY});
+      continue;
+    }
+    out.code.lines += lines;
     if (pre.scrollWidth > pre.clientWidth + 1) {
       // count the lines wider than the box, each measured unwrapped in the box's own font
       const cs = getComputedStyle(pre);
@@ -295,7 +349,86 @@ class Browser:
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def layout_faults(m: dict, min_scale: float = MIN_SCALE) -> list[str]:
+def png_dpi(path: Path) -> float | None:
+    """The resolution a PNG was saved at (its pHYs chunk, which matplotlib writes), or None."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    at = 8
+    while at + 8 <= len(data) and data[:8] == b"\x89PNG\r\n\x1a\n":
+        size, kind = int.from_bytes(data[at:at + 4], "big"), data[at + 4:at + 8]
+        if kind == b"pHYs" and data[at + 16] == 1:           # unit: the metre
+            return int.from_bytes(data[at + 8:at + 12], "big") * 0.0254
+        if kind in (b"IDAT", b"IEND"):
+            return None
+        at += 12 + size
+    return None
+
+
+def _style() -> dict:
+    """The book's plot style (``lab.viz.STYLE``, read from its source: importing lab would import
+    torch) over matplotlib's defaults."""
+    import ast
+
+    import matplotlib
+
+    rc = {k: matplotlib.rcParamsDefault[k] for k in
+          ("font.size", "figure.dpi", "legend.fontsize", "xtick.labelsize", "ytick.labelsize",
+           "axes.labelsize", "axes.titlesize")}
+    try:
+        tree = ast.parse((ROOT / "lab" / "viz.py").read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "STYLE"
+                                                    for t in node.targets):
+                rc.update({k: v for k, v in ast.literal_eval(node.value).items() if k in rc})
+    except (OSError, SyntaxError, ValueError):
+        pass
+    return rc
+
+
+STYLE = _style()
+# A size in a plotting cell's source: fontsize=7, labelsize="small", {"size": 8}, "legend.fontsize": 8
+FONT_SIZE = re.compile(r"""(?:\b(?:fontsize|labelsize|title_fontsize)\s*=\s*"""
+                       r"""|["'](?:size|[\w.]*fontsize|[\w.]*labelsize|font\.size)["']\s*[:\]]\s*=?\s*)"""
+                       r"""(["']?)([\w.\-]+)\1""")
+
+
+def points(value, base: float | None = None) -> float | None:
+    """A matplotlib font size in points: a number, or a name (``small``) relative to ``base``."""
+    from matplotlib.font_manager import font_scalings
+
+    base = float(STYLE["font.size"] if base is None else base)
+    if isinstance(value, str) and value in font_scalings:
+        return base * font_scalings[value]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def smallest_text_pt(source: str | None) -> float:
+    """The smallest font size, in points, of a figure drawn by ``source``: the book's style's
+    sizes (``lab.viz.STYLE``: 10 pt), and every size the code names (``fontsize=7``)."""
+    sizes = [points(STYLE[k]) for k in ("font.size", "legend.fontsize", "xtick.labelsize",
+                                        "ytick.labelsize", "axes.labelsize")]
+    for m in FONT_SIZE.finditer(source or ""):
+        sizes.append(points(m.group(2)))
+    return min(x for x in sizes if x is not None and x > 0)
+
+
+def figure_text(fig: dict, page: Path) -> None:
+    """Add to a figure's measurements its smallest text as drawn (pt, at the PNG's dpi) and as
+    shown (CSS px): pt * dpi / 72 * shown width / natural width."""
+    src = fig.get("src") or ""
+    dpi = None if src.startswith("data:") else png_dpi((page.parent / src.split("?")[0]))
+    fig["dpi"] = dpi or float(STYLE["figure.dpi"])
+    fig["text_pt"] = smallest_text_pt(fig.get("source"))
+    fig["text_px"] = fig["text_pt"] * fig["dpi"] / 72 * fig["scale"]
+
+
+def layout_faults(m: dict, min_scale: float = MIN_SCALE,
+                  min_text: float = MIN_TEXT_PX) -> list[str]:
     """Faults in one page's measurements (MEASURE_JS's result)."""
     faults = []
     for eq in m["equations"]:
@@ -310,18 +443,27 @@ def layout_faults(m: dict, min_scale: float = MIN_SCALE) -> list[str]:
             faults.append(f"figure {fig['where']} shown at {fig['scale']:.2f} of its size "
                           f"({fig['natural']} px wide, shown {fig['width']:.0f} px, "
                           f"{fig['of_column']:.0%} of the column): labels ~{15.3 * fig['scale']:.0f} px")
+        if fig.get("text_px") is not None and fig["text_px"] < min_text:
+            faults.append(f"figure {fig['where']}: its smallest text ({fig['text_pt']:g} pt at "
+                          f"{fig['dpi']:.0f} dpi, {fig['natural']} px wide, "
+                          f"shown {fig['width']:.0f} px) "
+                          f"is {fig['text_px']:.1f} px high, under {min_text:g} px")
         if fig.get("right", 0) > m.get("viewport", float("inf")) + 1:
             faults.append(f"figure {fig['where']} runs off the page (right edge {fig['right']:.0f} px)")
     if m["code"]["wide"]:
         where = ", ".join(sorted({b["where"] for b in m["code"]["boxes"]})[:3])
         faults.append(f"{m['code']['wide']} code lines wider than their box ({where})")
+    for w in m.get("outputs", {}).get("wrapped", []):
+        faults.append(f"output {w['where']}: {w['lines']} lines shown on {w['shown']} (wrapped)")
     return faults
 
 
-def _fault_tops(m: dict, min_scale: float) -> list[float]:
+def _fault_tops(m: dict, min_scale: float, min_text: float = MIN_TEXT_PX) -> list[float]:
     return ([e["top"] for e in m["equations"] if e["over"] > 1 or e.get("clash", 0) > 1]
-            + [f["top"] for f in m["figures"] if f["scale"] < min_scale]
-            + [b["top"] for b in m["code"]["boxes"]])
+            + [f["top"] for f in m["figures"]
+               if f["scale"] < min_scale or f.get("text_px", min_text) < min_text]
+            + [b["top"] for b in m["code"]["boxes"]]
+            + [w["top"] for w in m.get("outputs", {}).get("wrapped", [])])
 
 
 def check_layout(root: Path, pages: list[Path], args) -> tuple[dict, dict]:
@@ -345,14 +487,16 @@ def check_layout(root: Path, pages: list[Path], args) -> tuple[dict, dict]:
                 name = str(page.relative_to(root))
                 browser.open(page.resolve().as_uri())
                 m = json.loads(browser.evaluate(MEASURE_JS))
+                for fig in m["figures"]:
+                    figure_text(fig, page)
                 report[name] = m
-                found = layout_faults(m, args.min_scale)
+                found = layout_faults(m, args.min_scale, args.min_text)
                 if found:
                     faults[name] = found
                 if args.screenshots:
                     stem = name.replace("/", "__").removesuffix(".html")
                     browser.screenshot(args.screenshots / f"{stem}.png")
-                    for i, top in enumerate(_fault_tops(m, args.min_scale)[:5]):
+                    for i, top in enumerate(_fault_tops(m, args.min_scale, args.min_text)[:5]):
                         browser.screenshot(args.screenshots / f"{stem}__fault{i}.png", top=top)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
@@ -514,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=1400, help="viewport width in CSS px")
     ap.add_argument("--min-scale", type=float, default=MIN_SCALE,
                     help="smallest scale a figure may be shown at (shown / natural width)")
+    ap.add_argument("--min-text", type=float, default=MIN_TEXT_PX,
+                    help="smallest text a figure may show, in CSS px")
     ap.add_argument("--jobs", type=int, default=2, help="browsers opening pages side by side")
     ap.add_argument("--only", action="append", default=[],
                     help="check only pages whose path matches this glob (repeatable)")
@@ -550,17 +696,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL: no pages under {root}: build the book first (jupyter-book build .)")
         return 1
     faults: dict[str, list[str]] = {}
+    raw_pages = table_pages = n_tables = 0
     for page in pages:
-        raw = raw_myst(page.read_text(encoding="utf-8"))
-        if raw:
-            faults[str(page.relative_to(root))] = [f"raw MyST: {s!r}" for s in raw[:5]] + (
-                [f"... and {len(raw) - 5} more"] if len(raw) > 5 else [])
-    raw_pages = len(faults)
+        text = page.read_text(encoding="utf-8")
+        raw, tables = raw_myst(text), raw_tables(text)
+        found = [f"raw MyST: {s!r}" for s in raw[:5]] + (
+            [f"... and {len(raw) - 5} more"] if len(raw) > 5 else [])
+        found += [f"table shown as pipe text: {t!r}" for t in tables[:5]] + (
+            [f"... and {len(tables) - 5} more"] if len(tables) > 5 else [])
+        raw_pages += bool(raw)
+        table_pages += bool(tables)
+        n_tables += len(tables)
+        if found:
+            faults[str(page.relative_to(root))] = found
+    static = (f"{raw_pages} with raw directive or role text; {n_tables} tables shown as pipe text "
+              f"(on {table_pages} pages)")
     if args.static_only:
         for name, found in faults.items():
             print(f"FAIL {name}" + "".join(f"\n     {f}" for f in found))
-        print(f"{len(pages)} pages scanned for raw MyST (no browser opened): "
-              f"{raw_pages} with raw directive or role text")
+        print(f"{len(pages)} pages scanned for raw MyST and pipe tables (no browser opened): {static}")
         return 1 if faults else 0
 
     try:
@@ -576,14 +730,19 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(report, indent=1))
     eqs = [e for m in report.values() for e in m["equations"]]
     figs = [f for m in report.values() for f in m["figures"]]
+    outs = [m.get("outputs", {}) for m in report.values()]
     print(f"{len(pages)} pages at {args.width} px in {time.monotonic() - started:.0f} s: "
-          f"{raw_pages} with raw directive or role text; "
+          f"{static}; "
           f"{sum(e['over'] > 1 or e['clash'] > 1 for e in eqs)} of {len(eqs)} display equations "
           f"overflow or sit under their number; "
           f"{sum(f['scale'] < args.min_scale for f in figs)} of {len(figs)} figures shown below "
           f"{args.min_scale:.2f} of their size; "
+          f"{sum(f['text_px'] < args.min_text for f in figs)} of {len(figs)} figures with text "
+          f"under {args.min_text:g} px; "
           f"{sum(m['code']['wide'] for m in report.values())} of "
-          f"{sum(m['code']['lines'] for m in report.values())} code lines wider than their box",
+          f"{sum(m['code']['lines'] for m in report.values())} code lines wider than their box; "
+          f"{sum(len(o.get('wrapped', [])) for o in outs)} of {sum(o.get('blocks', 0) for o in outs)} "
+          f"output blocks wrapped ({sum(o.get('scrolling', 0) for o in outs)} scroll sideways instead)",
           flush=True)
     if args.jupyterlab:
         try:
