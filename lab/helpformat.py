@@ -32,7 +32,7 @@ def shows_default(action) -> bool:
     return bool(action.option_strings) or action.nargs in ("?", "*")
 
 
-def with_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def with_defaults(parser):
     """``parser`` with :class:`HelpFormatter` and the exit statuses as its epilog."""
     parser.formatter_class = HelpFormatter
     if not parser.epilog:

@@ -17,7 +17,7 @@ every exchange done, so its ledger books exactly one exchange a step (Part 7's l
 an overlapping schedule's traffic is the whole run's.
 Profiles are cached per machine, model and method in ``~/.cache/lab/advise`` (override with
 ``$LAB_ADVISE_CACHE``), since ``lab advise`` is meant to answer in seconds; measuring them takes
-about a minute the first time (:data:`FIRST_RUN`), and ``progress=True`` says so on stderr.
+about a minute the first time (``FIRST_RUN``), and ``progress=True`` says so on stderr.
 """
 from __future__ import annotations
 

@@ -238,15 +238,17 @@ class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line, as every other error of ``python -m
     lab``: ``PROG: error: MESSAGE (see PROG --help)``, exit status 2, without the usage block
     argparse prints first (``--help`` still prints it). An unknown flag gets a did-you-mean.
-    Under torchrun only each node's first rank says it (:func:`~lab.cli.formatting.quiet`)."""
+    Under torchrun only each node's first rank says it (``lab.cli.formatting.quiet``)."""
 
     def error(self, message: str):
+        """Say ``message`` in one line and exit with status 2."""
         from .formatting import quiet, tell_torchrun
         line = f"{self.prog}: error: {message} (see {self.prog} --help)"
         tell_torchrun(line)
         self.exit(2, None if quiet() else line + "\n")
 
     def parse_args(self, args=None, namespace=None):
+        """argparse's parse, an unknown flag refused with a did-you-mean."""
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
             self.error(unrecognized(extras, self._option_string_actions))

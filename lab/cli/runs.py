@@ -35,7 +35,7 @@ def checkpoint_kw(a) -> dict:
 
 def refused(e) -> int:
     """A configuration refused before anything ran: say why on stderr (under torchrun, once
-    per node: :func:`~lab.cli.formatting.quiet`); exit status 2."""
+    per node: ``lab.cli.formatting.quiet``); exit status 2."""
     tell_torchrun(f"error: {e}")
     if not quiet():
         print(f"error: {e}", file=sys.stderr)

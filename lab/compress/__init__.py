@@ -2,7 +2,7 @@
 
 Every module in this package is imported here so its ``@register`` lines run; adding a codec
 is adding a file. Each registered codec's docstring then gets its "Arguments" section, written
-from its declaration (:func:`lab.argspec.document`): defaults, ranges and meanings, the same
+from its declaration (``lab.argspec.document``): defaults, ranges and meanings, the same
 ones ``make`` checks.
 """
 import importlib
