@@ -6,9 +6,7 @@ fail when an argument lacks a description, when a codec is missing from the API 
 docstring's section is stale, and when a public function or method of ``lab.compress`` has no
 docstring. QSGD takes ``bits`` as the alternative to ``s``.
 """
-import importlib
 import inspect
-import pkgutil
 import re
 from pathlib import Path
 
@@ -120,45 +118,3 @@ def test_s_and_bits_together_or_out_of_range_are_refused_by_name(name):
             compress.make(name, bits=bad)
     with pytest.raises(TypeError, match="bits"):
         compress.make(name, bits=4.0)
-
-
-# -- every public function and method of lab.compress has a docstring ----------------------------
-def _doc(obj) -> str:
-    if isinstance(obj, (classmethod, staticmethod)):
-        obj = obj.__func__
-    if isinstance(obj, property):
-        obj = obj.fget
-    return (getattr(obj, "__doc__", None) or "").strip()
-
-
-def _method_doc(cls, name) -> str:
-    """Its own docstring, or that of the lab base class it overrides (as autodoc shows)."""
-    for klass in cls.__mro__:
-        if name in vars(klass) and klass.__module__.startswith("lab."):
-            if _doc(vars(klass)[name]):
-                return _doc(vars(klass)[name])
-    return ""
-
-
-def test_every_public_function_and_method_of_lab_compress_has_a_docstring():
-    missing = []
-    for info in pkgutil.iter_modules(compress.__path__):
-        module = importlib.import_module(f"lab.compress.{info.name}")
-        for name, obj in vars(module).items():
-            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
-                continue
-            where = f"{module.__name__}.{name}"
-            if inspect.isfunction(obj) and not _doc(obj):
-                missing.append(where)
-            if not inspect.isclass(obj):
-                continue
-            if not (obj.__dict__.get("__doc__") or "").strip():
-                missing.append(where)
-            for attr, value in vars(obj).items():
-                if attr.startswith("_") or attr in ("ARGS", "RULE"):  # the declaration
-                    continue
-                if (inspect.isfunction(value) or isinstance(
-                        value, (property, classmethod, staticmethod))) \
-                        and not _method_doc(obj, attr):
-                    missing.append(f"{where}.{attr}")
-    assert not missing, "no docstring:\n  " + "\n  ".join(missing)

@@ -13,6 +13,7 @@ docstring from a lab base class, as autodoc does, but not from torch or the stan
 import dataclasses
 import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def _modules(package: str):
     for name in re.findall(r"automodule:: (\S+)", page.read_text()):
         if name.startswith(package + "."):
             mods.append(importlib.import_module(name))
+    if package == "lab.compress":   # every codec module: the page lists the codecs by name
+        mods += [importlib.import_module(f"{package}.{i.name}") for i in pkgutil.iter_modules(pkg.__path__)]
     return list({m.__name__: m for m in mods}.values())
 
 
@@ -89,6 +92,8 @@ def _undocumented(package: str) -> list[str]:
             if not _class_doc(obj):
                 missing.append(where)
             for attr, value in vars(obj).items():
+                if attr in ("ARGS", "RULE"):   # a codec's declaration, documented by its class
+                    continue
                 if not attr.startswith("_") and _is_method(value) and not _method_doc(obj, attr):
                     missing.append(f"{where}.{attr}")
     return missing
