@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from .methods import METHODS, TARGETS, Method, base_config
-from .profile import _digest, _machine, cache_dir, run_configs, say, write_cache
+from .profile import _digest, _machine, cache_dir, say, write_cache
 
 PROBE_WORLD, PROBE_STEPS, PROBE_EVERY = 2, 120, 5
 
@@ -25,8 +25,10 @@ def measure_curves(methods: list[Method], model: str, world: int, steps: int,
     """``{method: [[step, accuracy], ...]}`` of one launch of ``world`` ranks training each of
     ``methods`` on ``model`` from ``lab.advise.methods.base_config``, evaluated every
     ``eval_every`` steps (``progress``: a line on stderr as each method is done)."""
-    hists = run_configs([m.config(base_config(model, steps, eval_every)) for m in methods], world,
-                        "measured", progress, timeout=600 + 60 * len(methods))
+    from ..train import train_many
+    hists = train_many([m.config(base_config(model, steps, eval_every)) for m in methods], world,
+                       progress=False, timeout=600 + 60 * len(methods),
+                       announce="lab advise:   measured" if progress else None)
     return {m.name: [[s, round(a, 4)] for s, a in zip(h.eval_step, h.test_acc)]
             for m, h in zip(methods, hists)}
 

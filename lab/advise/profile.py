@@ -131,42 +131,13 @@ def say(text: str) -> None:
     print(f"lab advise: {text}", file=sys.stderr, flush=True)
 
 
-def _run_ranks(ctx, configs, what: str, announce: bool):
-    """Worker: ``configs`` one after another, as ``lab.train.train_many`` runs them; with
-    ``announce``, rank 0 writes one line to stderr as each is done (the launcher forwards a
-    rank's stderr to the caller's as it comes)."""
-    from ..train import train_rank
-    out = []
-    for i, cfg in enumerate(configs):
-        t0 = time.perf_counter()
-        out.append(train_rank(ctx, cfg, f"{i + 1}/{len(configs)} {cfg.name}", stream=i))
-        if announce and ctx.rank == 0:
-            say(f"  {what} {i + 1}/{len(configs)} {cfg.name}: {time.perf_counter() - t0:.1f} s")
-    return out
-
-
-def run_configs(configs: list, world: int, what: str = "profiled", progress: bool = False,
-                timeout: float | None = None) -> list:
-    """``lab.train.train_many(configs, world)``, and with ``progress`` one line on stderr per
-    config as it finishes (``what``: the verb of that line)."""
-    from ..runtime import LaunchError, launch
-    from ..train.loop import _failed, _merge
-    for c in configs:
-        c.check_workers(world)
-    try:
-        results = launch(_run_ranks, world, configs, what, progress, device="cpu",
-                         progress=False, timeout=timeout or 60 + 30 * len(configs))
-    except LaunchError as err:
-        raise _failed(err, configs, world) from err
-    return [_merge([r[i] for r in results]) for i in range(len(configs))]
-
-
 def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: int = 16,
             base=None, use_cache: bool = True, progress: bool = False) -> dict[str, StepProfile]:
     """Profiles of ``methods`` on ``model``: cached ones are read, the rest measured in one
     launch of ``world`` ranks for ``steps`` steps each. ``progress``: say on stderr, before,
     what is measured, how long a first run takes and where it is cached, then one line per
     method as it is done."""
+    from ..train import train_many
     from .methods import base_config
     if world < 1 or steps < 2:
         raise ValueError(f"world must be >= 1 and steps >= 2, got world={world}, steps={steps}")
@@ -184,7 +155,8 @@ def measure(methods: list[Method], model: str = "mlp", world: int = 2, steps: in
                 f"this machine, {steps} steps each ({model}): once per machine, model and "
                 f"world size ({FIRST_RUN}); {where}, so later runs answer in seconds")
         t0 = time.perf_counter()
-        hists = run_configs([m.config(base) for m in todo], world, "profiled", progress)
+        hists = train_many([m.config(base) for m in todo], world, progress=False,
+                           announce="lab advise:   profiled" if progress else None)
         if progress:
             say(f"profiled {len(todo)} methods in {time.perf_counter() - t0:.0f} s")
         for m, h in zip(todo, hists):

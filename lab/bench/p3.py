@@ -4,7 +4,7 @@
    default KVStore already pushes each layer as backward produces it), the two ablations and
    ``p3``, for the VGG-like model, a conv-heavier VGG-like (``vgg32``: 32 channels) and the
    ResNet-like one, on 2 and 4 ranks and six links from 100 Mb/s to 3 Gb/s (0.1 ms), in
-   interleaved turns (:func:`turns`, median of the rounds): p3/sync and p3/fifo side by side,
+   interleaved turns (:func:`~lab.bench.turns.turns`, median of the rounds): p3/sync and p3/fifo side by side,
    measured and predicted (:func:`lab.schedule.plan.predict` on per-layer times scaled to
    ``sync``'s own compute in the same session), the bound (C+T)/max(C,T), each schedule's
    compute against sync's; on the emulated link (``--link model``) or a kernel link
@@ -33,6 +33,7 @@ from ..schedule import plan
 from ..train import TrainConfig, train_many
 from .made import link_of, stamp
 from .table import bench_parser, machine, print_rows
+from .turns import head_lags, interval_text, order, paired, round_ratios, turns  # noqa: F401
 
 SCHEDULES = ("sync", "fifo", "slicing-only", "priority-only", "p3")
 NETWORKS = ("100Mbps,0.1ms", "300Mbps,0.1ms", "600Mbps,0.1ms", "1Gbps,0.1ms", "1.5Gbps,0.1ms",
@@ -88,11 +89,11 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                    batch_per_rank: int | None = None, device: str = "cpu",
                    link: str = "model", profiles: dict | None = None,
                    turns_ms: dict | None = None, how: str = "rotate") -> list[dict]:
-    """Every schedule, model, rank count and link, measured in turns (:func:`turns`: a slow
-    phase of a shared machine hits every schedule alike): the step time (see :func:`turns`),
+    """Every schedule, model, rank count and link, measured in turns (:func:`~lab.bench.turns.turns`: a slow
+    phase of a shared machine hits every schedule alike): the step time (see :func:`~lab.bench.turns.turns`),
     the step time predicted (:func:`lab.schedule.plan.predict`) from per-layer times measured
     on as many ranks and scaled to ``sync``'s compute in this session (:func:`scaled`), both
-    speedups over ``sync`` and over ``fifo`` (the median of the per-round ratios, :func:`paired`,
+    speedups over ``sync`` and over ``fifo`` (the median of the per-round ratios, :func:`~lab.bench.turns.paired`,
     with their interquartile range), their ratio to the prediction, the ceiling any
     overlap can reach (``bound``: (C + T) / max(C, T), with T the link's modeled time for
     ``sync``'s allreduce and C sync's compute), each schedule's compute (its step less its
@@ -107,7 +108,7 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
     ``profiles``: a dict that receives, per ``(model, ranks)``, the layer sizes and the scaled
     per-layer times the predictions used (to predict other links). ``turns_ms``: a dict that
     receives, per ``(model, ranks, network, schedule)``, the mean steady step of each round's
-    turn (:func:`turns`), in round order, so that a ratio can be taken round by round."""
+    turn (:func:`~lab.bench.turns.turns`), in round order, so that a ratio can be taken round by round."""
     from ..comm import Network
     rows = []
     for w in workers:
@@ -139,8 +140,8 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                     ms, psp = got[n, s]["ms"], pred["sync"] / pred[s]
                     sp, sp_lo, sp_hi = paired(got[n, "sync"], got[n, s])
                     xf = paired(got[n, "fifo"], got[n, s]) if fifo else (None,) * 3
-                    sp95 = interval_text(got[n, "sync"], got[n, s])
-                    xf95 = interval_text(got[n, "fifo"], got[n, s]) if fifo else None
+                    sp95 = interval_text(round_ratios(got[n, "sync"], got[n, s]))
+                    xf95 = interval_text(round_ratios(got[n, "fifo"], got[n, s])) if fifo else None
                     ceiling = (1e3 * c_sync + t) / max(1e3 * c_sync, t)
                     rows.append({
                         "model": model, "ranks": w, "device": device, "batch": cfgs[0].batch_size,
@@ -168,26 +169,6 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                  clock={"ms/step": "wall", "predicted ms": "modeled"}, bytes={"bytes/step": "handed over"})
 
 
-def paired(base: dict, other: dict) -> tuple[float, float, float]:
-    """``base``'s time over ``other``'s, round by round (the two ran one after the other in each
-    round, so a slow phase of the machine hits both): the median and the interquartile range
-    of the per-round ratios."""
-    r = np.asarray(base["turns_ms"]) / np.asarray(other["turns_ms"])
-    q1, med, q3 = np.percentile(r, [25, 50, 75])
-    return float(med), float(q1), float(q3)
-
-
-def interval_text(base: dict, other: dict) -> str | None:
-    """The 95% interval of the median per-round ratio (:func:`lab.rules.median_interval`),
-    as ``"low-high"``; None with fewer than 6 rounds (too few for a 95% interval)."""
-    from ..rules import median_interval
-    r = np.asarray(base["turns_ms"]) / np.asarray(other["turns_ms"])
-    if len(r) < 6:
-        return None
-    _, lo, hi = median_interval(r.tolist())
-    return f"{lo:.3f}-{hi:.3f}"
-
-
 def aa_control(model: str = "vgg", network: str = "1Gbps,0.1ms", workers: int = 2,
                rounds: int = 25, block: int = 4, schedule: str = "fifo", link: str = "model",
                how: str = "rotate") -> dict:
@@ -199,7 +180,7 @@ def aa_control(model: str = "vgg", network: str = "1Gbps,0.1ms", workers: int = 
     from ..rules import median_interval
     cfg = config(model, schedule, network, rounds * block)
     a, b = turns([cfg, cfg], workers, rounds, block, timeout=300 + 10 * rounds, link=link, how=how)
-    r = (np.asarray(a["turns_ms"]) / np.asarray(b["turns_ms"])).tolist()
+    r = round_ratios(a, b)
     med, lo, hi = median_interval(r)
     return stamp([{"model": model, "link": network, "ranks": workers, "schedule": schedule,
                    "rounds": rounds, "order": how, "ratio": round(med, 4), "95% low": round(lo, 4),
@@ -207,101 +188,6 @@ def aa_control(model: str = "vgg", network: str = "1Gbps,0.1ms", workers: int = 
                    "within 0.05": bool(lo >= 0.95 and hi <= 1.05), "ratios": [round(x, 4) for x in r],
                    "ms/step": round(a["ms"], 2)}],
                  link_of(network, kernel=link == "kernel"), clock={"ms/step": "wall"})[0]
-
-
-def order(r: int, n: int, how: str = "rotate") -> list[int]:
-    """The order of ``n`` configs in round ``r``. ``"rotate"``: shifted by one each round, so
-    that each config is first, second, ... equally often and every turn follows another config
-    (a turn pays the same switch from the one before: with two configs, the same order every
-    round); ``"reverse"``: odd rounds reversed (the older order, under which the config that
-    ends a round also starts the next, and a turn that follows itself pays no switch)."""
-    if how == "reverse":
-        return list(range(n))[::-1] if r % 2 else list(range(n))
-    if how != "rotate":
-        raise ValueError(f"order: how must be 'rotate' or 'reverse', got {how!r}")
-    shift = 0 if n <= 2 else r % n
-    return [(i + shift) % n for i in range(n)]
-
-
-def _turns_rank(ctx, cfgs, rounds: int, block: int, how: str = "rotate"):
-    from .. import schedule
-    from ..comm import Collective, CommLedger
-    from ..train.loop import engine
-    runs = []
-    for cfg in cfgs:
-        comm = Collective(ledger=CommLedger(), network=cfg.network_at(0))
-        e = engine(ctx, cfg, comm)
-        runs.append((cfg, comm, e, schedule.make(cfg.schedule, e, **cfg.schedule_kw), [], [], [], []))
-    try:
-        for r in range(rounds):
-            for cfg, comm, e, s, times, computes, losses, events in (runs[i] for i in order(r, len(runs), how)):
-                comm.network = cfg.network_at(0)   # a kernel link: the NIC shaped to this run's rate
-                for k in range(block):
-                    step = r * block + k
-                    comm.ledger.step = step
-                    x, y = e.data.batch(step, cfg.batch_size, ctx.rank, ctx.world_size, cfg.seed)
-                    x, y = x.to(ctx.device), y.to(ctx.device)
-                    t0 = time.perf_counter()
-                    res = s.step(step, x, y)
-                    times.append(time.perf_counter() - t0)
-                    computes.append(res.compute_s)
-                    losses.append(res.loss)
-                    if "events" in res.info:
-                        events.append(res.info["events"])
-                if hasattr(s, "drain"):   # its exchange must not run into the next schedule's turn
-                    s.drain()
-    finally:
-        for run in runs:
-            run[3].close()
-    return [{"step_s": times, "compute_s": computes, "loss": losses, "lags": head_lags(events),
-             "bytes": sum(r.bytes for r in comm.ledger.records if r.tag != "plan"),
-             "params": torch.cat([p.detach().reshape(-1) for p in e.params])}
-            for _, comm, e, _, times, computes, losses, events in runs]
-
-
-def turns(cfgs, workers: int, rounds: int = 5, block: int = 3, timeout: float = 600,
-          ref=None, device: str = "cpu", link: str = "model", how: str = "rotate") -> list[dict]:
-    """Run ``cfgs`` on the same ``workers`` ranks *in turns*: ``block`` steps of each, round
-    after round, so a slow phase of a shared machine hits every schedule alike (the way
-    ``ddp_hook`` times two hooks; the order of each round is :func:`order`'s ``how``). Per config: ``ms``, the median over rounds of each turn's
-    mean steady step (the first step of each turn is left out: it starts with nothing in flight;
-    a turn's mean, not single steps, because an overlapping schedule's step can borrow time
-    from the step before it); ``turns_ms``, those turns; ``spread``, their interquartile range
-    over ``ms``;
-    ``median_ms`` over all steady steps; ``compute_ms``, the median steady step less its waits;
-    every step's seconds, the losses, the training bytes rank 0 sent (not the overlap engine's
-    one-off plan exchange), and the largest difference of its final parameters from the first
-    config's over all ranks (``param_diff``; ``ref_diff``: from config ``ref[i]``'s, by default
-    the first's too). Every config needs ``steps = rounds * block``. ``link="kernel"``: on a
-    kernel link shaped to the first config's network, reshaped at each turn."""
-    if isinstance(block, bool) or not isinstance(block, int) or block < 2:
-        raise ValueError(f"turns: block must be an int >= 2 (steps per turn), got {block!r}")
-    for c in cfgs:
-        c.check_workers(workers)
-        if c.steps != rounds * block:
-            raise ValueError(f"turns: each config needs steps = rounds * block = {rounds * block}, "
-                             f"got {c.steps} ({c.name})")
-    kw = {"link": "kernel", "network": cfgs[0].network_at(0)} if link == "kernel" else {}
-    order(0, len(cfgs), how)   # refuse a bad order before launching
-    res = launch(_turns_rank, workers, list(cfgs), rounds, block, how, timeout=timeout, device=device,
-                 **kw)
-    out = []
-    for i in range(len(cfgs)):
-        r0 = res[0][i]
-        keep = [j for j in range(len(r0["step_s"])) if j % block]
-        steady = [r0["step_s"][j] for j in keep]
-        turn = [float(np.mean(steady[k:k + block - 1])) for k in range(0, len(steady), block - 1)]
-        q1, q3 = np.percentile(turn, [25, 75])
-        diff = max(float((r[i]["params"] - r[0]["params"]).abs().max()) for r in res)
-        j = 0 if ref is None else ref[i]
-        same = max(float((r[i]["params"] - r[j]["params"]).abs().max()) for r in res)
-        out.append({"ms": 1e3 * float(np.median(turn)), "spread": float((q3 - q1) / np.median(turn)),
-                    "turns_ms": [1e3 * t for t in turn],
-                    "median_ms": 1e3 * float(np.median(steady)),
-                    "compute_ms": 1e3 * float(np.median([r0["compute_s"][j] for j in keep])),
-                    "step_s": r0["step_s"], "compute_s": r0["compute_s"], "lags": r0["lags"],
-                    "loss": r0["loss"], "bytes": r0["bytes"], "param_diff": diff, "ref_diff": same})
-    return out
 
 
 def layer_times(h, warmup: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -316,16 +202,6 @@ def layer_times(h, warmup: int = 1) -> tuple[np.ndarray, np.ndarray]:
         cs.append([fwd[i + 1] - fwd[i] for i in range(n - 1)] + [t_b - fwd[n - 1]])
         rs.append([ready[i] for i in range(n)])
     return np.median(cs, axis=0), np.median(rs, axis=0)
-
-
-def head_lags(events, warmup: int = 2) -> list[float]:
-    """Seconds from the last rank's end of backward (every rank's gradient ready) to layer 0's
-    new parameters being there, per exchange of a ``timeline=True`` run on an emulated link;
-    ``events``: the steps' event lists (``History.series["events"]``)."""
-    evs = [e for ev in events for e in ev]
-    last = [e[1] for e in evs if e[0] == "last"]
-    first = [e[2] for e in evs if e[0] == "applied" and e[1] == 0]
-    return [a - b for b, a in zip(last, first)][warmup:]
 
 
 def layer_profile(models=tuple(MODELS), steps: int = 40, repeats: int = 3) -> dict:

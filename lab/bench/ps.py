@@ -90,8 +90,8 @@ def p3_table(model="vgg", networks=P3_NETWORKS, ranks: int = 4, steps: int = 10,
     ``range``, and from 6 rounds on the median's 95% interval, ``ratios``: every round's), and
     the final loss's distance from the KVStore's (the same sums: 0). ``link="kernel"``: the
     ranks sit on a kernel link (:mod:`lab.comm.kernel`) reshaped to each run's network."""
-    from ..rules import median_interval
     from .p3 import config
+    from .turns import interval_text
     runs = runs or P3_RUNS
     models = [model] if isinstance(model, str) else list(model)
     cfgs = [((m, n, label), config(m, "sync", n, steps).with_(sync=sync, sync_kw=kw, link=link))
@@ -115,8 +115,7 @@ def p3_table(model="vgg", networks=P3_NETWORKS, ranks: int = 4, steps: int = 10,
             ratios = [1e3 * b / t for (b, _), t in zip(per[m, n, base], ms)]
             row.update({"x kvstore": round(float(np.median(ratios)), 3),
                         "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
-                        "95%": ("{:.3f}-{:.3f}".format(*median_interval(ratios)[1:])
-                                if len(ratios) >= 6 else None),
+                        "95%": interval_text(ratios),
                         "ratios": [round(r, 4) for r in ratios],
                         "loss - kvstore": float(f"{per[m, n, label][0][1] - per[m, n, base][0][1]:.2g}")})
         rows.append(row)

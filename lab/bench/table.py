@@ -32,12 +32,11 @@ def print_rows(rows: list[dict], title: str = "") -> None:
     if title:
         print(f"\n== {title} ==")
     made = [r.get("made") for r in rows]
-    if rows and all(m == made[0] for m in made) and made[0] is not None:
+    shared = bool(rows) and made[0] is not None and all(m == made[0] for m in made)
+    if shared:
         print(f"(made: {describe(made[0])})")
-        rows = [{k: v for k, v in r.items() if k != "made"} for r in rows]
-    else:
-        rows = [{**{k: v for k, v in r.items() if k != "made"},
-                 **({"made": describe(r["made"])} if r.get("made") else {})} for r in rows]
+    rows = [{**{k: v for k, v in r.items() if k != "made"},
+             **({"made": describe(m)} if m and not shared else {})} for r, m in zip(rows, made)]
     if rows:
         print(format_rows(rows, cell=_s, rule=False))
 

@@ -21,7 +21,7 @@ from .formatting import EXIT_STATUS, interrupted, with_defaults
 
 HELP = "benchmarks: python -m lab bench --help"
 BUILTIN = ("launch", "collectives", "codecs", "topk")
-_HELPERS = {"table", "made", "__main__"}
+_HELPERS = {"table", "made", "turns", "__main__"}
 
 
 def plugins() -> list[str]:

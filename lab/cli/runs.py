@@ -33,12 +33,18 @@ def checkpoint_kw(a) -> dict:
     return kw
 
 
+def _say_once(line: str) -> None:
+    """``line`` on stderr, under torchrun once per node (``lab.cli.formatting.quiet``), and
+    in torchrun's error file."""
+    tell_torchrun(line)
+    if not quiet():
+        print(line, file=sys.stderr)
+
+
 def refused(e) -> int:
     """A configuration refused before anything ran: say why on stderr (under torchrun, once
-    per node: ``lab.cli.formatting.quiet``); exit status 2."""
-    tell_torchrun(f"error: {e}")
-    if not quiet():
-        print(f"error: {e}", file=sys.stderr)
+    per node); exit status 2."""
+    _say_once(f"error: {e}")
     return 2
 
 
@@ -48,9 +54,7 @@ def out_refused(out) -> bool:
     return True (exit status 2)."""
     why = out_problem(out)
     if why is not None:
-        tell_torchrun(f"error: --out {out} {why}")
-        if not quiet():
-            print(f"error: --out {out} {why}", file=sys.stderr)
+        _say_once(f"error: --out {out} {why}")
     return why is not None
 
 

@@ -10,6 +10,7 @@ who talks to whom (sync mode), and which ranks are slow or Byzantine.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 from .. import schedule
@@ -109,12 +110,21 @@ def traffic(records) -> dict:
     return out
 
 
-def train_configs(ctx: RankContext, configs: list[TrainConfig], checkpoint: dict | None = None
-                  ) -> list[History]:
+def train_configs(ctx: RankContext, configs: list[TrainConfig], checkpoint: dict | None = None,
+                  announce: str | None = None) -> list[History]:
     """Worker: run several configs one after another in the same process group; rank 0
-    streams each one's history, tagged with its index."""
-    return [train_rank(ctx, c, f"{i + 1}/{len(configs)} {c.name}", stream=i,
-                       checkpoint=checkpoint) for i, c in enumerate(configs)]
+    streams each one's history, tagged with its index. ``announce``: rank 0 also writes
+    ``"ANNOUNCE i/n NAME: T s"`` to stderr as each config is done (the launcher forwards a
+    rank's stderr as it comes)."""
+    out = []
+    for i, c in enumerate(configs):
+        t0 = time.perf_counter()
+        out.append(train_rank(ctx, c, f"{i + 1}/{len(configs)} {c.name}", stream=i,
+                              checkpoint=checkpoint))
+        if announce and ctx.rank == 0:
+            print(f"{announce} {i + 1}/{len(configs)} {c.name}: {time.perf_counter() - t0:.1f} s",
+                  file=sys.stderr, flush=True)
+    return out
 
 
 def _merge(per_rank: list[History]) -> History:
@@ -138,8 +148,9 @@ def _failed(err: LaunchError, configs: list[TrainConfig], workers: int) -> RunFa
 
 
 def train_many(configs: list[TrainConfig], workers: int, *, _checkpoint: dict | None = None,
-               **launch_kw) -> list[History]:
-    """Run ``configs`` on ``workers`` ranks in a single launch (process start is paid once).
+               announce: str | None = None, **launch_kw) -> list[History]:
+    """Run ``configs`` on ``workers`` ranks in a single launch (process start is paid once);
+    ``announce``: a line on stderr as each config is done (:func:`~lab.train.train_configs`).
     If a rank raises, dies or hangs: :class:`~lab.run.RunFailed` with the history of the
     config that was running, up to its last completed step."""
     configs = list(configs)
@@ -157,7 +168,7 @@ def train_many(configs: list[TrainConfig], workers: int, *, _checkpoint: dict | 
         launch_kw.setdefault("link", "kernel")
         launch_kw.setdefault("network", configs[0].network_at(0))
     try:
-        results = launch(train_configs, workers, configs, _checkpoint, **launch_kw)
+        results = launch(train_configs, workers, configs, _checkpoint, announce, **launch_kw)
     except LaunchError as err:
         raise _failed(err, configs, workers) from err
     return [_merge([r[i] for r in results]) for i in range(len(configs))]
