@@ -300,3 +300,36 @@ def test_predict_is_the_one_prediction_and_sync_is_compute_plus_one_allreduce():
         t = predict(sizes, fwd, ready, s, net, 2)
         assert max(sum(fwd) + max(ready), net.time("allreduce", 4 * sum(sizes), 2)) <= t * (1 + 1e-9)
         assert t < sync
+
+
+def test_predicted_overlap_lies_between_its_bounds_for_any_profile():
+    """The bench flags a speedup above (C + T) / max(C, T) as a broken baseline (issue 50): the
+    prediction must itself respect it, and never be slower than computing and then sending
+    every message one after another (no overlap at all)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from lab.comm import Network
+    from lab.schedule.plan import P3_SLICE_SIZE, predict
+
+    layer = st.tuples(st.integers(1, 300_000), st.floats(1e-5, 5e-3), st.floats(1e-5, 5e-3))
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(layer, min_size=1, max_size=8), st.sampled_from(["100Mbps,0.1ms", "1Gbps,0.1ms", "10Gbps,1ms"]),
+           st.sampled_from([2, 4, 8]))
+    def check(layers, spec, p):
+        sizes = [n for n, _, _ in layers]
+        fwd = [f for _, f, _ in layers]
+        # ready offsets: backward runs last layer first, so readiness grows toward layer 0
+        back = [b for _, _, b in layers]
+        ready = [sum(back[i:]) for i in range(len(back))]
+        net = Network.parse(spec)
+        C, T = sum(fwd) + max(ready), net.time("allreduce", 4 * sum(sizes), p)
+        for s in OVERLAPPING:
+            t = predict(sizes, fwd, ready, s, net, p)
+            pieces = [min(P3_SLICE_SIZE, n - k) for n in sizes for k in range(0, n, P3_SLICE_SIZE)]
+            serial = C + sum(net.time("allreduce", 4 * v, p) for v in pieces)   # every slice alone, no overlap
+            assert max(C, T - net.time("allreduce", 0, p)) <= t * (1 + 1e-9), (s, t, C, T)
+            assert t <= serial * (1 + 1e-9), (s, t, serial)
+
+    check()

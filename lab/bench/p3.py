@@ -153,6 +153,8 @@ def schedule_table(models=tuple(MODELS), networks=NETWORKS, schedules=SCHEDULES,
                         "x fifo": round(xf[0], 3) if fifo else None,
                         "x fifo IQR": f"{xf[1]:.2f}-{xf[2]:.2f}" if fifo else None,
                         "x fifo 95%": xf95,
+                        "x fifo ratios": ([round(x, 4) for x in round_ratios(got[n, "fifo"], got[n, s])]
+                                          if fifo else None),
                         "predicted x fifo": round(pred["fifo"] / pred[s], 3) if fifo else None,
                         "measured/predicted": round(sp / psp, 3),
                         "bound": round(ceiling, 3),
@@ -300,6 +302,14 @@ def load() -> str:
         return f"load {' '.join(f.read().split()[:3])} on {os.cpu_count()} cores"
 
 
+#: --ps-schemes: which of lab.bench.ps.P3_RUNS run (None: all of them)
+PS_SCHEMES = {"all": None,
+              "main": ("kvstore, 2 servers", "p3-ps, 2 servers", "p3-ps fifo, 2 servers",
+                       "p3-ps unsliced, 2 servers"),
+              "pair": ("kvstore, 2 servers", "p3-ps, 2 servers"),
+              "colocated": ("kvstore, co-located", "p3-ps, co-located")}
+
+
 def main(argv=None) -> int:
     p = bench_parser("p3", __doc__)
     p.add_argument("--quick", action="store_true", help="fewer rounds and steps")
@@ -326,9 +336,12 @@ def main(argv=None) -> int:
                    help="schedule table: the emulated link (default) or a kernel link (root)")
     p.add_argument("--ps-rounds", type=int, default=3,
                    help="--ps: rounds, each running every (link, scheme) once (25 for a claim)")
-    p.add_argument("--ps-schemes", choices=["all", "main"], default="all",
-                   help="--ps: every scheme of lab.bench.ps.P3_RUNS, or the main comparison "
-                        "(2 workers + 2 servers: kvstore, p3-ps, slicing alone, priority alone)")
+    p.add_argument("--ps-schemes", choices=sorted(PS_SCHEMES), default="all",
+                   help="--ps: every scheme of lab.bench.ps.P3_RUNS; main: 2 workers + 2 servers, "
+                        "kvstore, p3-ps, slicing alone, priority alone; pair: kvstore and p3-ps "
+                        "on 2 servers; colocated: both with every rank a worker and a server")
+    p.add_argument("--ps-steps", type=int, default=10,
+                   help="--ps: steps per run, the first 3 not measured (default 10)")
     p.add_argument("--ps", action="store_true",
                    help="only the parameter-server table: p3-ps against MXNet's default KVStore "
                         "on as many servers (lab.bench.ps.p3_table)")
@@ -359,18 +372,22 @@ def main(argv=None) -> int:
         row = aa_control(a.models[0], a.networks[0], a.workers[0], rounds=max(a.rounds, 6),
                          link=a.link, how=a.order)
         if a.json:
-            print(json.dumps({"aa": row, "machine": machine(), "load": load()}, indent=1))
+            print(json.dumps({"aa": row, "machine": machine(), "load": load(),
+                              "command": "python -m lab bench p3 " + " ".join(argv or []),
+                              "date": datetime.date.today().isoformat()}, indent=1))
         else:
             print_rows([{k: v for k, v in row.items() if k != "ratios"}],
                        f"A/A control: {row['schedule']} against itself in turns ({load()})")
         return 0
     if a.ps:
-        from .ps import P3_MAIN, P3_NETWORKS, P3_RUNS, p3_table
+        from .ps import P3_NETWORKS, P3_RUNS, p3_table
+        if a.ps_steps < 4:
+            p.error(f"--ps-steps must be >= 4 (3 warm-up steps and one measured), got {a.ps_steps}")
         nets = P3_NETWORKS if a.networks == list(NETWORKS) else tuple(a.networks)
         models = ["vgg"] if a.models == list(MODELS) else a.models
-        rows = p3_table(models, nets, steps=6 if a.quick else 10,
-                        rounds=1 if a.quick else a.ps_rounds,
-                        runs=P3_MAIN if a.ps_schemes == "main" else P3_RUNS, link=a.link)
+        runs = {k: P3_RUNS[k] for k in PS_SCHEMES[a.ps_schemes]} if PS_SCHEMES[a.ps_schemes] else P3_RUNS
+        rows = p3_table(models, nets, steps=6 if a.quick else a.ps_steps,
+                        rounds=1 if a.quick else a.ps_rounds, runs=runs, link=a.link)
         if a.json:
             print(json.dumps({"ps": rows, "command": "python -m lab bench p3 " + " ".join(argv or []),
                               "machine": machine(), "load": load(),
@@ -388,11 +405,13 @@ def main(argv=None) -> int:
         out["engine_cost"] = engine_cost(rounds=3 if a.quick else 6)
         out["ddp_hook"] = ddp_hook(steps=15 if a.quick else 30)
     out["machine"], out["load"] = machine(), load()
+    out["command"] = "python -m lab bench p3 " + " ".join(argv or [])
+    out["date"] = datetime.date.today().isoformat()
     if a.json:
         print(json.dumps(out, indent=1))
         return 0
-    print_rows(out["schedules"], f"step time by schedule, measured and predicted ({a.link} link; "
-                                 f"{out['load']} at the end)")
+    print_rows([{k: v for k, v in r.items() if k != "x fifo ratios"} for r in out["schedules"]],
+               f"step time by schedule, measured and predicted ({a.link} link; {out['load']} at the end)")
     if a.only is None:
         print_rows(out["engine_cost"], "the overlap engine's suggestions, each switched off alone "
                                        "(VGG-like, 2 ranks, 1 Gb/s)")
