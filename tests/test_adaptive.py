@@ -195,6 +195,42 @@ def test_controller_choice_identical_on_every_rank():
     assert runs[0][2]["decide_s"] > 0 and runs[0][4]["decide_s"] > 0  # after warm-up, new link
 
 
+def _decisions(ctx):
+    from lab.comm import NetworkSchedule
+    sched = NetworkSchedule.parse("25Gbps,1ms:4 1Gbps,32ms:4")
+    comm = Collective()
+    agg = make("adaptive_topk", comm, candidates=[0.01, 0.1, 0.5], warmup_steps=2, trigger="link")
+    out = []
+    for step in range(8):
+        comm.network = sched.at(step)
+        mark = comm.ledger.mark()
+        g = torch.Generator().manual_seed(10 * step + ctx.rank)
+        agg.aggregate([torch.randn(4000, generator=g) ** 3 * (1 + ctx.rank)], step)
+        sent = [r for r in comm.ledger.since(mark) if r.tag == "adaptive:decision"]
+        out.append(dict(agg.info(), shared=[(r.bytes, r.recv_bytes) for r in sent],
+                        fit=agg.controller.last.get("fit")))
+    return out
+
+
+def test_decision_runs_on_rank_0_and_is_broadcast():
+    runs = launch(_decisions, 3)
+    decided = [s for s, r in enumerate(runs[0]) if r["decide_s"] > 0]
+    assert decided == [4]                       # the change of link; NSGA-II on rank 0 only
+    for rank, steps in enumerate(runs):
+        if rank:
+            assert all(r["decide_s"] == 0 for r in steps) and steps[4]["fit"] == "broadcast"
+        for s, r in enumerate(steps):          # one 8-byte broadcast per decision, in the ledger
+            assert r["shared"] == ([(8, 0) if rank == 0 else (0, 8)] if s == 4 else [])
+            assert r["density"] == runs[0][s]["density"]
+        assert steps[4]["share_s"] > 0
+    ctl = DensityController([0.01, 0.1, 0.5], smoothing=0.0)
+    with pytest.raises(RuntimeError, match="observe"):
+        ctl.adopt(0.1, 4000, 3, 1e-3, 1e-9)
+    ctl.observe([0.3, 0.6, 0.9])
+    with pytest.raises(ValueError, match="density"):
+        ctl.adopt(0.9, 4000, 3, 1e-3, 1e-9)
+
+
 @pytest.mark.parametrize("kw, word", [(dict(method="pareto"), "method"),
                                       (dict(warmup_steps=-1), "warmup_steps"),
                                       (dict(cost_model="fast"), "model"),
@@ -267,6 +303,8 @@ def test_exchange_taken_reads_the_traffic():
     assert exchange_taken({"broadcast": [1, 0], "allreduce": [1, 400],
                            "allgather": [1, 4]}, k) == "ar"                      # VAR's norm
     assert exchange_taken({"allgather": [1, 800]}, k) == "allgather"
+    assert exchange_taken({"allgather": [1, 800], "broadcast": [1, 8]}, k) == "allgather"  # + decision
+    assert exchange_taken({"broadcast": [2, 408], "allreduce": [1, 400]}, k) == "ar"
     assert exchange_taken({"allgather": [1, 800], "allreduce": [1, 20]}, k) == "allgather"
     # what is not an AR-Topk exchange of k entries
     assert exchange_taken({"allreduce": [1, 400]}, k) == "other"            # no broadcast

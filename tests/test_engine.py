@@ -44,6 +44,21 @@ def test_straggler_sleeps_its_slowdown_and_draws_reproducible_jitter():
         Straggler(factor=0.5)
 
 
+def test_an_emulated_device_lasts_its_seconds_whatever_it_measured():
+    dev = Straggler(device_s=0.03)
+    assert dev.active
+    t0 = time.perf_counter()
+    slept = dev.pause(0.01)
+    assert 0.02 <= slept <= time.perf_counter() - t0 + 1e-6
+    assert Straggler(device_s=0.01).pause(0.05) == 0.0        # never shortens a pass
+    assert 0.035 <= Straggler(factor=2.0, device_s=0.02).pause(0.0)   # a slow device: factor x
+    for bad in (0.0, -1.0, 61.0, float("nan")):
+        with pytest.raises(ValueError, match="device_s"):
+            Straggler(device_s=bad)
+    with pytest.raises(ValueError, match="device_s"):
+        CFG.with_(device_s=0.0)
+
+
 def _pauses_of_rank_1(ctx, cfg):
     """Train ``cfg``, recording on rank 1 what the straggler was asked to sleep and slept."""
     from lab.train import straggler

@@ -11,7 +11,8 @@ different marks (Tyagi & Swany, BigData 2023, Sec. III-A/B):
 - ``"other"``: anything else (a bug, or a different scheme).
 
 Small control messages may ride along (``extra`` bytes: the controller's gain allreduce, 4
-bytes per candidate; VAR-Topk's 4-byte norm allgather; the overlap measurement's 4 bytes).
+bytes per candidate; its decision's 8-byte broadcast from rank 0; VAR-Topk's 4-byte norm
+allgather; the overlap measurement's 4 bytes).
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ def exchange_taken(traffic: dict, k: int, extra: int = 64) -> str:
     calls = {op: int(cb[0]) for op, cb in traffic.items()}
     sent = {op: int(cb[1]) for op, cb in traffic.items()}
     bcast, ar, ag = sent.get("broadcast", 0), sent.get("allreduce", 0), sent.get("allgather", 0)
-    if calls.get("broadcast", 0) >= 1 and bcast in (0, 4 * k) \
-            and 4 * k <= ar <= 4 * k + extra and ag <= extra:
+    indices = bcast <= extra or 4 * k <= bcast <= 4 * k + extra  # led here, or not
+    if calls.get("broadcast", 0) >= 1 and indices and 4 * k <= ar <= 4 * k + extra \
+            and ag <= extra:
         return "ar"
-    if calls.get("broadcast", 0) == 0 and ag == 8 * k and ar <= extra:
+    if bcast <= extra and ag == 8 * k and ar <= extra:
         return "allgather"
     return "other"
 

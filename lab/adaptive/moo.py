@@ -250,6 +250,22 @@ class DensityController:
         self._decided_net, self._decided_gain = network, float(np.mean(self.gains))
         return self._density
 
+    def adopt(self, density: float, n: int, p: int, alpha: float, beta: float,
+              variant: str = "star", network=None) -> float:
+        """Take ``density`` as decided elsewhere (the rank that ran :meth:`decide` broadcast
+        it): the same state as :meth:`decide` leaves, without the fits and NSGA-II."""
+        if self.gains is None:
+            raise RuntimeError("adopt() before any observe(): no gains measured yet")
+        if not (math.isfinite(density) and self.candidates[0] <= density <= self.candidates[-1]):
+            raise ValueError(f"density: a decision must lie in [{self.candidates[0]}, "
+                             f"{self.candidates[-1]}], got {density!r}")
+        self.last_times = self.times(n, p, alpha, beta, variant)
+        self._density = float(density)
+        self.last = {"times_s": list(self.last_times), "gains": [float(g) for g in self.gains],
+                     "density": self._density, "fit": "broadcast"}
+        self._decided_net, self._decided_gain = network, float(np.mean(self.gains))
+        return self._density
+
     @property
     def density(self) -> float | None:
         return self._density

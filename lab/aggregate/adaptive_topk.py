@@ -21,8 +21,12 @@ sort) and averaged with one allreduce of ``len(candidates)`` floats (tag ``adapt
 the ledger). Deviation: the authors measure each candidate's gain in ``--explore-itrs``
 training iterations run from a saved model (after warm-up, and again when a windowed EWMA of
 the gain's relative change passes 0.1); the aggregator has no model to roll back, and one sort
-gives all candidates' gains on the same gradient. All inputs to the decision are allreduced
-or shared and NSGA-II is seeded, so every rank chooses the same density.
+gives all candidates' gains on the same gradient. The decision runs on rank 0 alone and its
+density is broadcast (8 bytes, tag ``adaptive:decision``, in the ledger); the authors run the
+same seeded NSGA-II on every rank, which gives the same density at p times the CPU (the ranks of
+a book run share two cores). ``info()`` reports the decision's seconds on rank 0
+(``decide_s``, 0 elsewhere) and the broadcast's (``share_s``: on the other ranks, the wait for
+rank 0's decision) apart from the training step's.
 """
 from __future__ import annotations
 
@@ -63,8 +67,9 @@ def _rule(a) -> str | None:
        rule=_rule)
 class AdaptiveTopK(ARTopK):
     """``info()`` adds the smoothed gains and, per step, the seconds spent deciding
-    (``decide_s``) and in the gains' allreduce (``probe_s``, its ledger record); 0 on the
-    steps that did neither."""
+    (``decide_s``, rank 0), in the decision's broadcast (``share_s``) and in the gains'
+    allreduce (``probe_s``), each from its ledger record or clock; 0 on the steps that did
+    none of them."""
 
     name = "adaptive_topk"
 
@@ -86,7 +91,7 @@ class AdaptiveTopK(ARTopK):
                          cost_model, model_network, warmup_steps=warmup_steps)
         self._probed_net = object()
         self._first_net = _UNSET     # the first link seen (the authors' last_latency, last_bw)
-        self._decide_s = self._probe_s = 0.0
+        self._decide_s = self._probe_s = self._share_s = 0.0
 
     @classmethod
     def check(cls, cfg, workers):
@@ -101,7 +106,7 @@ class AdaptiveTopK(ARTopK):
         cls.validate(**kw)
 
     def density_for(self, acc, step):
-        self._decide_s = self._probe_s = 0.0
+        self._decide_s = self._probe_s = self._share_s = 0.0
         ctl, net = self.controller, self.comm.network
         if self._first_net is _UNSET:
             self._first_net = net
@@ -121,15 +126,28 @@ class AdaptiveTopK(ARTopK):
             ctl.observe((gains / self.comm.world_size).tolist(), fresh=ctl.trigger == "link")
             self._probed_net = net
         if ctl.needs_decision(net):
-            link, t0 = self.link(), time.perf_counter()
-            ctl.decide(acc.numel(), self.comm.world_size, link.latency, 1.0 / link.bandwidth,
-                       self.variant, network=net)
-            self._decide_s = time.perf_counter() - t0
+            self._decide(acc.numel(), net)
         self.density = ctl.density
         return self.density
+
+    def _decide(self, n: int, net) -> None:
+        """Rank 0 decides; its density reaches the others by one broadcast (in the ledger)."""
+        ctl, comm, link = self.controller, self.comm, self.link()
+        args = (n, comm.world_size, link.latency, 1.0 / link.bandwidth, self.variant)
+        chosen = torch.full((1,), float("nan"), dtype=torch.float64)
+        if comm.rank == 0:
+            t0 = time.perf_counter()
+            chosen[0] = ctl.decide(*args, network=net)
+            self._decide_s = time.perf_counter() - t0
+        if comm.world_size > 1:
+            comm.broadcast(chosen, src=0, tag="adaptive:decision")
+            self._share_s = comm.ledger.records[-1].seconds
+            if comm.rank != 0:
+                ctl.adopt(float(chosen[0]), *args, network=net)
 
     def info(self) -> dict:
         ctl = self.controller
         gains = [] if ctl.gains is None else [float(g) for g in ctl.gains]
         return {**super().info(), "gains": gains,  # smoothed, one per candidate
-                "decide_s": self._decide_s, "probe_s": self._probe_s}
+                "decide_s": self._decide_s, "share_s": self._share_s,
+                "probe_s": self._probe_s}

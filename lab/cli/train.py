@@ -72,6 +72,8 @@ def add_arguments(p) -> None:
                    help="stragglers: rank computes FACTOR times slower, e.g. 1=3.0")
     p.add_argument("--jitter", type=number(0), default=0.0,
                    help="random extra delay per step and rank, uniform in [0, JITTER] seconds")
+    p.add_argument("--device-s", type=number(0, 60, lo_open=True), default=None,
+                   help="an emulated device: each forward + backward lasts DEVICE_S seconds")
     p.add_argument("--byzantine", type=integer(0), default=0,
                    help="how many ranks (the last) attack")
     p.add_argument("--attack", default="none", type=name("attack"),
@@ -123,7 +125,7 @@ def config(a):
                        averaging=a.averaging, averaging_kw=dict(a.averaging_kw or ()),
                        sync=a.sync, sync_kw=dict(a.sync_kw or ()),
                        slow_ranks=dict(a.slow_ranks or ()), jitter=a.jitter,
-                       byzantine=a.byzantine, attack=a.attack,
+                       device_s=a.device_s, byzantine=a.byzantine, attack=a.attack,
                        attack_kw=dict(a.attack_kw or ()), model_kw=dict(a.model_kw or ()),
                        data_kw=dict(a.data_kw or ()), stop_on_divergence=not a.keep_diverging)
 

@@ -61,7 +61,7 @@ def engine(ctx: RankContext, cfg: TrainConfig, comm: Collective) -> Engine:
     e = Engine(cfg, ctx.rank, ctx.world_size, ctx.device, comm, data, model, params, opt, agg,
                models.loss_fn(data.task),
                straggler=Straggler(cfg.slow_ranks.get(ctx.rank, 1.0), cfg.jitter, cfg.seed,
-                                   ctx.rank))
+                                   ctx.rank, cfg.device_s))
     bad = ctx.rank >= ctx.world_size - cfg.byzantine
     e.attack = attacks.make(cfg.attack, e, bad, **cfg.attack_kw)
     e.averaging = averaging.make(cfg.averaging, e, **cfg.averaging_kw)

@@ -61,6 +61,8 @@ class TrainConfig:
     slow_ranks: dict = setting({}, Arg(dict, help="stragglers: rank -> slowdown factor"))
     # random extra delay per step and rank, uniform in [0, jitter] s
     jitter: float = setting(0.0, Arg(float, ge=0, le=3600, help="seconds"))
+    # an emulated device: each rank's forward + backward lasts this many seconds (lab.run.straggler)
+    device_s: float | None = setting(None, Arg(float, gt=0, le=60, none=True, help="seconds"))
     byzantine: int = setting(0, Arg(int, ge=0, help="how many ranks (the last) run attack"))
     attack: str = setting("none", _NAME)           # a name from lab.attack
     attack_kw: dict = setting({}, _KW)
