@@ -29,6 +29,8 @@ SUBSTRATES = {
                     "machine's own cost",
     "modeled clock": "measured compute with each exchange's alpha-beta time summed in",
     "measured": "accuracy, loss or CPU time of real runs on this machine, no link involved",
+    "emulator": "losses of a one-process emulation that computes what the multi-process runner "
+                "does, to float rounding (lab.pipeline.emulate): no clock, no bytes",
     "ledger": "bytes counted by the ledger from the tensors of real runs",
     "formula": "a closed-form computation",
     "Monte Carlo": "repeated random draws",

@@ -53,7 +53,8 @@ class PipelineConfig:
     # Adam family's first moment (None: 0.9)
     beta1: float | None = setting(None, Arg(float, ge=0, lt=1, none=True))
     # every NAdam's mu_t: torch's (the authors') warm-up beta1 (1 - 0.5 * 0.96^(0.004 t)), or
-    # "constant": beta1 from the first update (lab.pipeline.nesterov)
+    # "constant": beta1 from the first update; "compressed": torch's with psi = 0.004 x 50,000 / U,
+    # the authors' 50,000 updates squeezed into the run's U (lab.pipeline.nesterov)
     mu_schedule: str = setting("warmup", Arg(str, choices=MU_SCHEDULES))
     # decoupled for adamw, nadamw and async-nesterov
     weight_decay: float = setting(0.0, Arg(float, ge=0))

@@ -16,9 +16,13 @@ gradient ``g``, with ``m_t = beta1 m_{t-1} + (1 - beta1) g_t`` and
 
 torch (and so the authors) *warm* ``mu_t`` up: ``mu_t = beta1 (1 - 0.5 * 0.96^(psi t))`` with
 ``psi = 0.004`` (Dozat's schedule), about ``beta1 / 2`` for the first hundred updates and
-``beta1`` only after tens of thousands (the authors train 50,000). ``mu_schedule="constant"``
-is the look-ahead of the equation from the first update, ``mu_t = beta1`` (torch's NAdam with
-``psi`` so large that ``0.96^(psi t)`` is 0 for every ``t >= 1``). Optionally the PipeMare
+``beta1`` only after tens of thousands: at ``beta1 = 0.99`` ``mu_t`` stays below 0.95 for the
+first 15,407 updates and averages 0.929 over the authors' 50,000 (:func:`mu`; Part 9.5 computes
+both). ``mu_schedule="constant"`` is the look-ahead of the equation from the first update,
+``mu_t = beta1`` (torch's NAdam with ``psi`` so large that ``0.96^(psi t)`` is 0 for every
+``t >= 1``): not the authors' regime, a bound on it. ``"compressed"`` is the authors' schedule
+squeezed into a run of ``U`` updates, ``psi = 0.004 x 50,000 / U``, so that ``mu_t`` passes
+through the same values at the same fraction of the run as in their 50,000 updates. Optionally the PipeMare
 learning-rate correction (Yang et al., MLSys 2021, Sec. 3.1) ``lr_t = lr / tau^(1 - min(t/T, 1))``
 that starts at ``lr / tau`` on a stage of delay ``tau`` and warms up to ``lr`` over ``T`` updates.
 """
@@ -27,9 +31,23 @@ from __future__ import annotations
 import torch
 
 #: NAdam's mu_t: torch's warm-up (the authors' runs), or beta1 from the first update
-MU_SCHEDULES = ("warmup", "constant")
+MU_SCHEDULES = ("warmup", "constant", "compressed")
 #: torch's ``momentum_decay`` psi per schedule: 0.96^(1e6 t) underflows to 0.0 for t >= 1
 PSI = {"warmup": 4e-3, "constant": 1e6}
+#: the authors' run length in updates (AsyncPP, Sec. 5): what "compressed" squeezes into a run
+AUTHORS_UPDATES = 50_000
+
+
+def psi(mu_schedule: str, updates: int | None = None) -> float:
+    """torch's ``momentum_decay`` for ``mu_schedule``; ``"compressed"`` needs the run's ``updates``."""
+    if mu_schedule not in MU_SCHEDULES:
+        raise ValueError(f"mu_schedule must be one of {MU_SCHEDULES}, got {mu_schedule!r}")
+    if mu_schedule != "compressed":
+        return PSI[mu_schedule]
+    if not (isinstance(updates, int) and updates >= 1):
+        raise ValueError(f"mu_schedule='compressed' needs updates (the run's), an int >= 1, "
+                         f"got {updates!r}")
+    return PSI["warmup"] * AUTHORS_UPDATES / updates
 
 
 def check_kw(momentum: float = 0.99, lr_correction: int = 0) -> None:
@@ -40,26 +58,28 @@ def check_kw(momentum: float = 0.99, lr_correction: int = 0) -> None:
                          f"int >= 0, got {lr_correction!r}")
 
 
-def mu(t: int, beta1: float, mu_schedule: str = "warmup") -> float:
-    """NAdam's momentum coefficient ``mu_t`` at update ``t`` (1-based), as torch computes it."""
-    return beta1 * (1.0 - 0.5 * 0.96 ** (t * PSI[mu_schedule]))
+def mu(t, beta1: float, mu_schedule: str = "warmup", updates: int | None = None):
+    """NAdam's momentum coefficient ``mu_t`` at update ``t`` (1-based; an array too), as torch
+    computes it."""
+    return beta1 * (1.0 - 0.5 * 0.96 ** (t * psi(mu_schedule, updates)))
 
 
 def nadam(params, lr: float, beta1: float, weight_decay: float = 0.0, decoupled: bool = True,
-          mu_schedule: str = "warmup") -> torch.optim.NAdam:
-    """torch's NAdam at ``beta1`` with ``mu_schedule``'s ``mu_t``; decoupled decay is NAdamW."""
-    if mu_schedule not in MU_SCHEDULES:
-        raise ValueError(f"mu_schedule must be one of {MU_SCHEDULES}, got {mu_schedule!r}")
+          mu_schedule: str = "warmup", updates: int | None = None) -> torch.optim.NAdam:
+    """torch's NAdam at ``beta1`` with ``mu_schedule``'s ``mu_t`` (a run of ``updates``
+    updates, for "compressed"); decoupled decay is NAdamW."""
     return torch.optim.NAdam(params, lr=lr, betas=(beta1, 0.999), weight_decay=weight_decay,
-                             decoupled_weight_decay=decoupled, momentum_decay=PSI[mu_schedule])
+                             decoupled_weight_decay=decoupled,
+                             momentum_decay=psi(mu_schedule, updates))
 
 
 def lookahead_optimizer(params, lr: float, momentum: float = 0.99, lr_correction: int = 0,
-                        weight_decay: float = 0.0, mu_schedule: str = "warmup"):
+                        weight_decay: float = 0.0, mu_schedule: str = "warmup",
+                        updates: int | None = None):
     """NAdam with ``beta1 = momentum``; with ``weight_decay`` the decay is decoupled (NAdamW,
     as the authors' ``optim/nadamw.py``)."""
     check_kw(momentum, lr_correction)
-    return nadam(params, lr, momentum, weight_decay, weight_decay > 0, mu_schedule)
+    return nadam(params, lr, momentum, weight_decay, weight_decay > 0, mu_schedule, updates)
 
 
 def corrected_lr(lr: float, delay: int, update: int, warmup: int) -> float:

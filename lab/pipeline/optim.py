@@ -8,7 +8,7 @@ so Adam(W) and NAdam(W) can be compared at the *same* momentum: what remains bet
 Nesterov's look-ahead alone. ``async-nesterov`` is the asynchronous schedule with NAdam(W) at
 ``schedule_kw['momentum']`` (0.99), the authors' configuration. ``mu_schedule`` picks every
 NAdam's ``mu_t``: torch's warm-up (the authors') or ``beta1`` from the first update
-(:mod:`lab.pipeline.nesterov`).
+or torch's squeezed into the run (:mod:`lab.pipeline.nesterov`).
 """
 from __future__ import annotations
 
@@ -18,18 +18,24 @@ from .lr import scheduled_lr
 from .nesterov import corrected_lr, lookahead_optimizer, nadam
 
 
+def updates(cfg) -> int:
+    """Updates a stage applies in the run: one per micro-batch asynchronously, else one a step."""
+    return cfg.steps * (cfg.microbatches if cfg.schedule.startswith("async") else 1)
+
+
 def make_optimizer(cfg, params) -> torch.optim.Optimizer:
     wd = cfg.weight_decay
     if cfg.schedule == "async-nesterov":
         return lookahead_optimizer(params, cfg.lr, momentum=cfg.schedule_kw.get("momentum", 0.99),
-                                   weight_decay=wd, mu_schedule=cfg.mu_schedule)
+                                   weight_decay=wd, mu_schedule=cfg.mu_schedule, updates=updates(cfg))
     betas = (0.9 if cfg.beta1 is None else cfg.beta1, 0.999)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=wd)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=wd)
     if cfg.optimizer in ("nadam", "nadamw"):
-        return nadam(params, cfg.lr, betas[0], wd, cfg.optimizer == "nadamw", cfg.mu_schedule)
+        return nadam(params, cfg.lr, betas[0], wd, cfg.optimizer == "nadamw", cfg.mu_schedule,
+                     updates(cfg))
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd)
 
 
