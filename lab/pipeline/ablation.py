@@ -64,12 +64,14 @@ def lookahead_configs(stages: int, steps: int, seed: int = 0, names=tuple(LOOKAH
 
 def ema_configs(steps: int, taus=(1, 4, 8), fraction: float = 0.25,
                 rules=(("none", None), ("ema", 0.5), ("ema", 0.9), ("progress", None)),
-                seed: int = 0, replicas: int = 4, model_kw=None) -> dict[tuple, PipelineConfig]:
+                seed: int = 0, replicas: int = 4, model_kw=None,
+                shards: bool = False) -> dict[tuple, PipelineConfig]:
     """Per (tau, rule, ema): ``replicas`` one-stage replicas averaging ``fraction`` a step,
     non-blocking; and the references ``("fresh",)`` (tau = 0, same fraction), ``("full",)``
     (rho = 1, tau = 0: full synchronous averaging, one allreduce a step) and ``("none",)``."""
     b = dict(model="gpt", data="text", model_kw=dict(model_kw or GPT), stages=1,
-             replicas=replicas, microbatches=1, steps=steps, batch_size=32, lr=2e-3, seed=seed)
+             replicas=replicas, microbatches=1, steps=steps, batch_size=32, lr=2e-3, seed=seed,
+             shards=shards)
     avg = lambda f, t, **kw: PipelineConfig(**b, dp="sparse-avg",  # noqa: E731
                                             dp_kw={"fraction": f, "delay": t, **kw})
     out = {(t, rule, e): avg(fraction, t, correction=rule, **({} if e is None else {"ema": e}))

@@ -83,6 +83,8 @@ class PipelineConfig:
     jitter: float = setting(0.0, Arg(float, ge=0, le=3600, help="seconds"))
     model_kw: dict = setting({}, _KW)
     data_kw: dict = setting({}, _KW)
+    # non-identical data: each replica draws from its own contiguous shard (lab.pipeline.shards)
+    shards: bool = setting(False, Arg(bool, help="each replica on its own shard of the data"))
     seed: int = setting(0, SEED)
     label: str = setting("", Arg(str))
 

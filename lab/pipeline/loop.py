@@ -39,6 +39,7 @@ from .gpipe import gpipe
 from .mesh import Mesh
 from .onef1b import one_f_one_b
 from .optim import make_optimizer, step_lr
+from .shards import shard_batch
 from .sparse_avg import SparseAverager
 from .stages import split
 from .worker import StageWorker
@@ -100,7 +101,9 @@ def run_rank(ctx, cfg: PipelineConfig, checkpoint: dict | None = None) -> dict:
         t, i = divmod(k, m)
         if t not in batches:
             batches.clear()
-            batches[t] = data.batch(t, cfg.batch_size, rank=mesh.replica, world_size=R, seed=cfg.seed)
+            batches[t] = (shard_batch(data, t, cfg.batch_size // R, mesh.replica, R, cfg.seed)
+                          if cfg.shards else
+                          data.batch(t, cfg.batch_size, rank=mesh.replica, world_size=R, seed=cfg.seed))
         x, y = batches[t]
         return x[i * per:(i + 1) * per], y[i * per:(i + 1) * per]
 
