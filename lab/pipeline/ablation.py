@@ -7,8 +7,11 @@ decay, clipping and schedule (the authors' ``run.bash``). Each optimizer also ru
 stage, where the same asynchronous schedule has no delay at all: its no-delay reference. The
 staleness cost of an optimizer is ``loss(stages) - loss(1 stage)``; what the look-ahead
 recovers is AdamW's staleness cost minus NAdamW's. NAdamW runs with ``mu_t = beta1`` from the
-first update (the look-ahead of its equation, the regime of the authors' 50,000 updates) and
-with torch's warm-up of ``mu_t`` (what a short run of the authors' optimizer does). The
+first update (the look-ahead of its equation: not the authors' regime, in which torch's
+``mu_t`` stays below 0.95 for the first 15,406 of their 50,000 updates and averages 0.929) and
+with torch's warm-up of ``mu_t`` (the authors' optimizer as it is). These runs do not stash
+(``async`` recomputes at the current weights); the comparisons as the authors make them, every
+asynchronous run stashing, are :mod:`lab.bench.lookahead`'s, on :mod:`lab.pipeline.emulate`. The
 authors' configuration adds weight stashing with recompute (``main_with_runtime.py``:
 ``load_old_params()`` before each backward pass, ``--recompute``).
 
