@@ -40,7 +40,7 @@ def dct_matrix(s: int) -> torch.Tensor:
 
 
 @register("demo")
-@takes(chunk=Arg(int, ge=2, le=4096, help="DCT chunk size (s)"),
+@takes(chunk=Arg(int, ge=4, le=4096, help="DCT chunk size (s)"),
        k=Arg(int, ge=1, help="coefficients kept per chunk"),
        beta=FACTOR, sign=Arg(bool, help="apply sign(Q) (the paper's signum variant)"),
        layerwise=LAYERWISE,

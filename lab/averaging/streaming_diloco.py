@@ -20,7 +20,7 @@ paper groups whole transformer blocks, strided); the exchange is issued at step 
 there, and the merge waits tau steps, so the *algorithm* is the overlapped one but the wall
 clock here does not overlap the exchange with the tau steps (bytes and peak bandwidth are
 exact; a step time on a slow link is the non-overlapped one, an upper bound). The codecs are
-``lab.compress``'s: the book uses ``qsgd`` with 3 bits (a sign and 3-bit level: 4 bits per
+``lab.compress``'s (``codec_bits``: the codec's ``bits=``): the book uses ``qsgd`` with 3 bits (a sign and 3-bit level: 4 bits per
 value, plus a norm per bucket), stochastic and unbiased, where the paper rounds to FP4 E3M0.
 At the end the model is the global theta (each fragment at its last outer step).
 """
@@ -40,7 +40,7 @@ from .params import flat, load
        tau=Arg(int, ge=0, help="inner steps before an exchanged fragment is merged"),
        alpha=Arg(float, ge=0, le=1, help="mixing factor: weight of the local fragment"),
        codec=Arg(str, help="lab.compress codec of the outer gradients"),
-       codec_kw=Arg(dict, help="the codec's arguments, e.g. bits=3"),
+       codec_bits=Arg(int, ge=1, le=16, none=True, help="the codec's bits= (qsgd, ...)"),
        rule=lambda a: f"tau ({a['tau']}) must be < period ({a['period']})"
        if a["tau"] >= a["period"] else None)
 class StreamingDiLoCo(Averaging):
@@ -49,7 +49,7 @@ class StreamingDiLoCo(Averaging):
     def __init__(self, engine, period: int = 50, outer_lr: float = 0.7,
                  outer_momentum: float = 0.9, nesterov: bool = True, fragments: int = 4,
                  tau: int = 0, alpha: float = 0.5, codec: str = "none",
-                 codec_kw: dict | None = None):
+                 codec_bits: int | None = None):
         super().__init__(engine)
         self.period, self.tau, self.alpha = period, tau, alpha
         self.theta = flat(engine.params)
@@ -60,13 +60,22 @@ class StreamingDiLoCo(Averaging):
         bounds = [n * p // fragments for p in range(fragments + 1)]
         self.bounds = bounds
         self.outer = OuterSGD(n, outer_lr, outer_momentum, nesterov)
-        try:
-            self.codec = compress.make(codec, **dict(codec_kw or {}))
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"streaming_diloco: codec={codec!r}, codec_kw={codec_kw!r}: {err}") \
-                from err
-        self.codec.bind(engine.rank, engine.world_size)
+        self.codec = self.make_codec(codec, codec_bits).bind(engine.rank, engine.world_size)
         self.pending: list = []  # [step after which to merge, fragment]
+
+    @staticmethod
+    def make_codec(codec: str, bits: int | None):
+        """The outer gradients' codec, its errors said of ``codec``/``codec_bits``."""
+        try:
+            return compress.make(codec, **({} if bits is None else {"bits": bits}))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"streaming_diloco: codec={codec!r}, codec_bits={bits!r}: "
+                             f"{err}") from err
+
+    @classmethod
+    def check_config(cls, cfg):
+        kw = cfg.averaging_kw  # before any process starts
+        cls.make_codec(kw.get("codec", "none"), kw.get("codec_bits"))
 
     def exchange_gradients(self, step):
         return False
