@@ -16,7 +16,7 @@ from .args import Parser, _close
 from .formatting import EXIT_STATUS, interrupted
 
 #: subcommand -> its module under ``lab.cli`` (each has ``parser()``, ``main(argv)`` and ``HELP``)
-COMMANDS = ("train", "list", "pipeline", "ensemble", "hogwild", "advise", "bench")
+COMMANDS = ("train", "list", "pipeline", "ensemble", "hogwild", "advise", "sim", "bench")
 
 __all__ = ["main"]
 

@@ -1,0 +1,153 @@
+"""Validation on end-to-end runs the simulator never saw (issue 52, item 2).
+
+:func:`draw` makes a seeded list of configurations (technique, model, ranks 2-8, a kernel link
+100 Mb/s - 5 Gb/s) that is stored before any of them runs; :func:`measure` runs each as a short
+real training (``lab.train`` on ``link="kernel"``: one network namespace per rank, its NIC
+shaped by tbf); :func:`score` sets each measured step beside the prediction made from the
+calibration alone (:mod:`lab.sim.calibrate`) and reports the relative error per family.
+The measured step is the mean over the steps after the first of a rank's compute, codec and
+communication time (synchronous exchanges), or the run's wall time per step (an overlapping
+schedule or the parameter server, whose communication hides in other steps).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2] / "book" / "12_at_scale"
+DRAWN, MEASURED = ROOT / "validation_drawn.json", ROOT / "validation.json"
+FAMILIES = {"dense": ["fp32", "bf16"], "quantization": ["qsgd"], "sparsification": ["topk+ef"],
+            "low rank": ["powersgd"], "local SGD": ["local-sgd"], "schedule": ["fifo", "p3"],
+            "parameter server": ["async-ps"]}
+SGD = {"lr": 0.05, "momentum": 0.9}
+WALL = ("fifo", "p3", "async-ps")   # measured by wall time per step
+
+
+def overrides(technique: str) -> dict:
+    """The TrainConfig settings of ``technique`` (the advisor's methods where it has them)."""
+    from ..advise.methods import METHODS
+    extra = {"bf16": dict(compressor="bf16", **SGD), "fifo": dict(schedule="fifo", **SGD)}
+    if technique in extra:
+        return extra[technique]
+    if technique not in METHODS:
+        raise ValueError(f"technique {technique!r} has no validation run")
+    return dict(METHODS[technique].overrides)
+
+
+def draw(n: int = 36, seed: int = 52) -> list[dict]:
+    """``n`` configurations, families in turn, the rest drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    fams = list(FAMILIES)
+    out = []
+    for i in range(n):
+        techs = FAMILIES[fams[i % len(fams)]]
+        t = techs[int(rng.integers(len(techs)))]
+        world = int(rng.integers(2, 9))
+        mbps = float(np.exp(rng.uniform(math.log(100), math.log(5000))))
+        model = ["mlp", "cnn"][int(rng.integers(2))]
+        out.append({"id": i, "family": fams[i % len(fams)], "technique": t, "model": model,
+                    "world": world, "link": f"{mbps:.0f}Mbps,0ms"})
+    return out
+
+
+def steps_for(technique: str) -> int:
+    return 17 if technique == "local-sgd" else 12
+
+
+def measure_one(c: dict) -> dict:
+    """One drawn configuration trained for real on a kernel link: the measured step (s)."""
+    from ..advise.methods import base_config
+    from ..train import train
+    cfg = base_config(c["model"], steps=steps_for(c["technique"])).with_(
+        network=c["link"], link="kernel", **overrides(c["technique"]))
+    h = train(cfg, c["world"])
+    if c["technique"] in WALL:
+        step = h.wall_s / h.steps
+    else:
+        step = statistics.mean(a + b + d for a, b, d in
+                               zip(h.compute_s[1:], h.codec_s[1:], h.comm_s[1:]))
+    return {**c, "measured_s": step, "wall_s": h.wall_s, "steps": h.steps,
+            "bytes_per_step": statistics.mean(h.bytes[1:])}
+
+
+def predict_one(c: dict, calib: dict) -> float:
+    """The simulator's step for drawn configuration ``c`` from calibration ``calib``."""
+    from .network import Cluster
+    from .step import Config, predict
+    prof = calib["profiles"][f"{c['model']}:{c['world']}"]
+    codec = calib["codecs"].get(f"{c['technique']}:{c['model']}:{c['world']}", [0.0, 0.0])
+    cfg = Config(tuple(tuple(s) for s in prof["shapes"]), c["technique"],
+                 Cluster.flat(c["world"], c["link"], kernel=True), prof["compute_s"],
+                 codec[0], prof["floor_per_round_s"], cores=calib.get("cores", 2),
+                 server_s_per_value=codec[1])
+    return predict(cfg).step_s
+
+
+def score(rows: list[dict], calib: dict) -> dict:
+    """Per family: configurations, geomean and worst relative step-time error; and overall."""
+    fams: dict = {}
+    for r in rows:
+        r["predicted_s"] = predict_one(r, calib)
+        r["error"] = abs(r["predicted_s"] / r["measured_s"] - 1)
+        fams.setdefault(r["family"], []).append(r["error"])
+    geo = lambda e: float(math.exp(statistics.mean(math.log(max(x, 1e-4)) for x in e)))  # noqa: E731
+    table = {f: {"configs": len(e), "geomean": geo(e), "worst": max(e)} for f, e in fams.items()}
+    every = [r["error"] for r in rows]
+    return {"families": table, "all": {"configs": len(every), "geomean": geo(every),
+                                       "worst": max(every)}, "rows": rows}
+
+
+def calibrate_for(rows: list[dict], progress=print) -> dict:
+    """The calibration every drawn configuration needs: a compute profile per (model, world),
+    codec seconds per value per (technique, model, world); no run on a shaped link."""
+    from . import calibrate
+    calib = {"profiles": {}, "codecs": {}, "cores": __import__("os").cpu_count()}
+    for model, world in sorted({(r["model"], r["world"]) for r in rows}):
+        progress(f"compute profile {model} at {world} ranks")
+        calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world)
+    for t, model, world in sorted({(r["technique"], r["model"], r["world"]) for r in rows}):
+        calib["codecs"][f"{t}:{model}:{world}"] = list(calibrate.codec_per_value(t, model, world))
+    return calib
+
+
+def provenance(command: str) -> dict:
+    import datetime
+    import os
+
+    import torch
+
+    from ..bench.table import machine
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"command": command, "machine": machine(), "torch": torch.__version__,
+            "date": datetime.date.today().isoformat(), "load": load}
+
+
+def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print) -> dict:
+    """Calibrate, then measure every drawn configuration; written to ``out`` as it goes."""
+    import json
+    rows = json.loads(Path(drawn).read_text())["configs"]
+    calib = calibrate_for(rows, progress)
+    data = {"_meta": provenance("python -m lab sim --remeasure"), "calibration": calib,
+            "rows": []}
+    for c in rows:
+        progress(f"measuring {c['id']}: {c['technique']} {c['model']} {c['world']} ranks {c['link']}")
+        try:
+            data["rows"].append(measure_one(c))
+        except Exception as err:   # a failed run is stored as such, never dropped silently
+            data["rows"].append({**c, "failed": f"{type(err).__name__}: {err}"[:300]})
+        Path(out).write_text(json.dumps(data, indent=1))
+    return data
+
+
+def stored(path: Path = MEASURED) -> dict:
+    """The stored measurements scored: ``score`` of the rows that ran, with their provenance."""
+    import json
+    data = json.loads(Path(path).read_text())
+    ran = [dict(r) for r in data["rows"] if "measured_s" in r]
+    out = score(ran, data["calibration"])
+    out["failed"] = [r for r in data["rows"] if "failed" in r]
+    out["_meta"] = data["_meta"]
+    return out
