@@ -1,0 +1,114 @@
+"""``python -m lab bench diloco [--quick] [--json]``: training across data centres, measured.
+
+The bytes-against-loss frontier of the outer-loop methods (DiLoCo, Streaming DiLoCo), DeMo,
+local SGD, EASGD and fp32/bf16 allreduce on the digits MLP, 4 workers, the same samples for
+every method (``STEPS`` steps of a global batch of ``BATCH``), several seeds, Adam inside
+(DeMo: its own sign-momentum rule). Per run: the held-out loss curve, the bytes rank 0 handed
+to collectives per step (ledger), hence bytes per sample and the peak of any step. Then one
+seed of each on an emulated slow link (``SLOW``): every collective lasts its alpha-beta time
+for real, so the wall time is what a 100 Mb/s, 10 ms wide-area link would cost (the model
+link; the kernel link is not used here). AsyncMesh's sparse averaging (``lab.pipeline``, one
+stage, 4 replicas, 1/H of the parameters a step: DiLoCo's bytes) where it runs.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+
+from ..train import TrainConfig, train_many
+from .made import stamp
+from .table import bench_parser, print_rows
+
+STEPS, BATCH, H, WORKERS, LR = 300, 64, 20, 4, 3e-3
+SLOW = "100Mbps,10ms"
+SEEDS = (0, 1, 2)
+
+
+def methods(h: int = H) -> dict[str, dict]:
+    """TrainConfig changes per method (over :func:`base`)."""
+    sd = {"period": h, "fragments": 4, "tau": 1, "alpha": 0.5, "codec": "qsgd", "codec_bits": 3}
+    return {
+        "fp32 allreduce": {},
+        "bf16 allreduce": {"compressor": "bf16"},
+        f"local SGD H={h}": {"averaging": "local", "averaging_kw": {"period": h}},
+        f"EASGD tau={h}": {"averaging": "easgd", "averaging_kw": {"period": h}},
+        f"DiLoCo H={h}": {"averaging": "diloco", "averaging_kw": {"period": h}},
+        f"Streaming DiLoCo H={h} P=4": {"averaging": "streaming_diloco", "averaging_kw": sd},
+        "DeMo s=64 k=4": {"aggregator": "demo", "optimizer": "sgd",
+                          "aggregator_kw": {"chunk": 64, "k": 4, "beta": 0.999, "sign": True}},
+    }
+
+
+def base(seed: int, steps: int = STEPS, **kw) -> TrainConfig:
+    d = dict(model="mlp", data="digits", steps=steps, batch_size=BATCH, lr=LR,
+             optimizer="adam", eval_every=max(1, steps // 15), seed=seed)
+    d.update(kw)
+    return TrainConfig(**d)
+
+
+def row(name: str, h, seed: int, samples: int) -> dict:
+    return {"method": name, "seed": seed, "test loss": h.test_loss[-1],
+            "test acc": h.test_acc[-1], "train loss": sum(h.loss[-5:]) / 5, "bytes/sample": sum(h.bytes) / samples,
+            "peak bytes/step": max(h.bytes), "wall s": h.wall_s,
+            "eval_step": list(h.eval_step), "test_loss": list(h.test_loss),
+            "bytes": list(h.bytes)}
+
+
+def frontier(steps: int = STEPS, seeds=SEEDS, network: str | None = None) -> list[dict]:
+    rows = []
+    for seed in seeds:
+        ms = methods()
+        cfgs = [base(seed, steps, label=n, network=network, **kw) for n, kw in ms.items()]
+        for name, h in zip(ms, train_many(cfgs, WORKERS, progress=False, timeout=900)):
+            rows.append(row(name, h, seed, steps * BATCH))
+    return rows
+
+
+def sparse_averaging(steps: int = STEPS, seeds=SEEDS, h: int = H) -> list[dict]:
+    """AsyncMesh's sparse averaging on the same MLP: one pipeline stage, 4 replicas, a fraction
+    1/H of the parameters averaged a step (DiLoCo's bytes). Rows, or [] with the reason."""
+    from ..pipeline import PipelineConfig, train_many as ptrain
+    rows = []
+    for seed in seeds:
+        cfg = PipelineConfig(model="mlp", data="digits", stages=1, replicas=WORKERS,
+                             schedule="gpipe", microbatches=1, steps=steps, batch_size=BATCH,
+                             lr=LR, optimizer="adam", dp="sparse-avg",
+                             dp_kw={"fraction": 1.0 / h}, seed=seed)
+        (hist,) = ptrain([cfg], progress=False, timeout=900)
+        rows.append({"method": f"sparse averaging 1/{h}", "seed": seed,
+                     "train loss": sum(hist.loss[-5:]) / 5,  # lab.pipeline has no held-out eval
+                     "bytes/sample": sum(hist.bytes) / (steps * BATCH)})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = bench_parser("diloco", __doc__)
+    p.add_argument("--quick", action="store_true", help="60 steps, one seed")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    a = p.parse_args(argv)
+    steps, seeds = (60, (0,)) if a.quick else (STEPS, SEEDS)
+    t0 = time.time()
+    out = {"command": "python -m lab bench diloco" + (" --quick" if a.quick else "") + " --json",
+           "machine": f"{platform.machine()}, {platform.system()}",
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "config": {"steps": steps, "batch": BATCH, "H": H, "workers": WORKERS, "lr": LR,
+                      "slow link": SLOW, "model": "mlp", "data": "digits"}}
+    out["frontier"] = stamp(frontier(steps, seeds), "none", bytes={"bytes/sample": "handed over"})
+    slow = frontier(steps, seeds[:1], network=SLOW)
+    out["slow"] = stamp([{k: r[k] for k in ("method", "seed", "wall s", "test loss")}
+                         for r in slow], "modeled", clock={"wall s": "wall"})
+    try:
+        out["sparse"] = sparse_averaging(steps, seeds)
+    except Exception as err:  # said in the output, never hidden
+        out["sparse"], out["sparse_error"] = [], f"{type(err).__name__}: {err}"
+    out["load"] = {"wall_s": time.time() - t0}
+    if a.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print_rows([{k: v for k, v in r.items() if not isinstance(v, list)}
+                    for r in out["frontier"]], "frontier")
+        print_rows(out["slow"], f"on the slow link {SLOW}")
+        print_rows(out["sparse"], "AsyncMesh sparse averaging") if out["sparse"] else \
+            print(out.get("sparse_error"))
+    return 0
