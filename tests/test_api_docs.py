@@ -22,7 +22,7 @@ ModuleAnalyzer = pytest.importorskip("sphinx.pycode").ModuleAnalyzer
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["lab", "lab.adaptive", "lab.advise", "lab.aggregate", "lab.attack", "lab.averaging", "lab.bench",
             "lab.cli", "lab.comm", "lab.compress", "lab.hooks", "lab.pipeline", "lab.run", "lab.runtime",
-            "lab.schedule", "lab.sync", "lab.train"]
+            "lab.schedule", "lab.sim", "lab.sync", "lab.train"]
 
 
 def _page(package: str) -> Path:

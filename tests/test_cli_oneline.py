@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: per subcommand, a flag value its parser refuses (a number out of range, an unknown name)
 BAD_VALUE = {"train": ["--lr", "-1"], "pipeline": ["--stages", "x"],
              "ensemble": ["--workers", "0"], "hogwild": ["--problem", "nope"],
-             "advise": ["--workers", "1"], "list": ["extra"], "bench": ["--no-such-flag"]}
+             "advise": ["--workers", "1"], "list": ["extra"], "bench": ["--no-such-flag"],
+             "sim": ["--workers", "1"]}
 
 
 def _one_line_error(argv, capsys) -> str:

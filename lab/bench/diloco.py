@@ -17,7 +17,7 @@ import platform
 import time
 
 from ..train import TrainConfig, train_many
-from .made import stamp
+from .made import link_of, stamp
 from .table import bench_parser, print_rows
 
 STEPS, BATCH, H, WORKERS, LR = 300, 64, 20, 4, 3e-3
@@ -62,7 +62,8 @@ def frontier(steps: int = STEPS, seeds=SEEDS, network: str | None = None) -> lis
         cfgs = [base(seed, steps, label=n, network=network, **kw) for n, kw in ms.items()]
         for name, h in zip(ms, train_many(cfgs, WORKERS, progress=False, timeout=900)):
             rows.append(row(name, h, seed, steps * BATCH))
-    return rows
+    return stamp(rows, link_of(network), clock={"wall s": "wall"},
+                 bytes={"bytes/sample": "handed over", "peak bytes/step": "handed over"})
 
 
 def sparse_averaging(steps: int = STEPS, seeds=SEEDS, h: int = H) -> list[dict]:
@@ -79,7 +80,7 @@ def sparse_averaging(steps: int = STEPS, seeds=SEEDS, h: int = H) -> list[dict]:
         rows.append({"method": f"sparse averaging 1/{h}", "seed": seed,
                      "train loss": sum(hist.loss[-5:]) / 5,  # lab.pipeline has no held-out eval
                      "bytes/sample": sum(hist.bytes) / (steps * BATCH)})
-    return rows
+    return stamp(rows, "none", bytes={"bytes/sample": "handed over"})
 
 
 def main(argv=None) -> int:
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "config": {"steps": steps, "batch": BATCH, "H": H, "workers": WORKERS, "lr": LR,
                       "slow link": SLOW, "model": "mlp", "data": "digits"}}
-    out["frontier"] = stamp(frontier(steps, seeds), "none", bytes={"bytes/sample": "handed over"})
+    out["frontier"] = frontier(steps, seeds)
     slow = frontier(steps, seeds[:1], network=SLOW)
     out["slow"] = stamp([{k: r[k] for k in ("method", "seed", "wall s", "test loss")}
                          for r in slow], "modeled", clock={"wall s": "wall"})

@@ -23,7 +23,8 @@ def parser():
     ap = with_defaults(new_parser("python -m lab sim", __doc__))
     ap.add_argument("--model", default="resnet50", choices=sorted(MODELS),
                     help="a model whose layers and FLOPs are stored (lab.sim.models)")
-    ap.add_argument("--technique", default="fp32", choices=list(TECHNIQUES))
+    ap.add_argument("--technique", default="fp32", choices=list(TECHNIQUES),
+                    help="the book's technique whose step is predicted (lab.sim.codec)")
     ap.add_argument("--workers", type=integer(2), default=16, help="ranks (>= 2)")
     ap.add_argument("--per-node", type=integer(1), default=1, help="ranks sharing a NIC")
     ap.add_argument("--network", default="10Gbps", help="NIC rate, e.g. 10Gbps or 100Gbps,5us")

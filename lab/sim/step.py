@@ -52,6 +52,9 @@ class Config:
 
 @dataclass(frozen=True)
 class Prediction:
+    """One predicted step: its time and its parts (s), the bytes a rank hands to the network,
+    and the technique's family (whose validation error is the prediction's band)."""
+
     step_s: float
     compute_s: float
     codec_s: float
