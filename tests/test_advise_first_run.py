@@ -55,12 +55,17 @@ def test_p3_fifo_and_sync_are_priced_at_equal_bytes_for_fp32():
             "p3": METHODS["p3"].config(base)}
     hists = dict(zip(cfgs, train_many(list(cfgs.values()), 2, progress=False)))
     dense = 4 * 38_410
-    link = Network.parse("10Gbps,0.1ms")
+    # no latency: the price is the bytes'. How many messages an overlapping schedule's
+    # emulated link books a step follows the step's real ready times (coalesced while the link
+    # is busy), so under load fifo may book its gradient as two messages of the same bytes.
+    link = Network.parse("10Gbps,0ms")
     priced = {}
     for name, h in hists.items():
         assert sum(h.bytes) == 16 * dense, name                     # what the ledger books
         prof = summarise(h, "p3" if name == "p3" else "fp32", "mlp", 38_410)
-        assert prof.traffic == {"allreduce": [1.0, dense]}, (name, prof.traffic)
+        calls, nbytes = prof.traffic["allreduce"]
+        assert set(prof.traffic) == {"allreduce"} and nbytes == dense, (name, prof.traffic)
+        assert calls >= 1, (name, prof.traffic)
         priced[name] = comm_seconds(prof, 16, link)
     assert priced["p3"] == priced["fifo"] == priced["sync"]
 
