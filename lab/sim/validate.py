@@ -1,10 +1,10 @@
 """Validation on end-to-end runs the simulator never saw (issue 52, item 2).
 
 :func:`draw` makes a seeded list of configurations (technique, model, ranks 2-8, a kernel link
-100 Mb/s - 5 Gb/s) that is stored before any of them runs; :func:`measure` runs each as a short
+100 Mb/s - 5 Gb/s) that is stored before any of them runs; :func:`measure_one` runs each as a short
 real training (``lab.train`` on ``link="kernel"``: one network namespace per rank, its NIC
 shaped by tbf); :func:`score` sets each measured step beside the prediction made from the
-calibration alone (:mod:`lab.sim.calibrate`) and reports the relative error per family.
+calibration alone (``lab.sim.calibrate``) and reports the relative error per family.
 The measured step is the mean over the steps after the first of a rank's compute, codec and
 communication time (synchronous exchanges), or the run's wall time per step (an overlapping
 schedule or the parameter server, whose communication hides in other steps).
