@@ -116,7 +116,7 @@ def check_page(page: Path, browser: str) -> list[str]:
 def control_fails(page: Path, browser: str) -> bool:
     """The same page with MathJax from a CDN must show raw math offline (the check can fail)."""
     text = page.read_text(encoding="utf-8")
-    online, n = re.subn(r'src="[^"]*_static/mathjax/tex-chtml\.js"', f'src="{CDN_MATHJAX}"', text)
+    online, n = re.subn(r'src="[^"]*_static/mathjax/tex-chtml\.js(\?[^"]*)?"', f'src="{CDN_MATHJAX}"', text)
     if n != 1:
         raise RuntimeError(f"{page}: expected one local MathJax <script>, found {n}")
     control = page.with_name(f"_offline_control_{page.name}")
