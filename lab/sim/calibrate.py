@@ -16,12 +16,13 @@ import statistics
 from ..advise.machine import rounds
 
 
-def compute_profile(model: str, world: int, steps: int = 12) -> dict:
+def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) -> dict:
     """``{"compute_s", "floor_per_round_s", "params", "shapes"}`` of ``model`` on ``world``
-    local ranks, fp32 allreduce, no link: medians over the steps after the first."""
+    local ranks of ``per_rank`` samples each, fp32 allreduce, no link: medians over the steps
+    after the first."""
     from ..advise.methods import base_config
     from ..train import train
-    cfg = base_config(model, steps=steps).with_(lr=0.05, momentum=0.9)
+    cfg = base_config(model, steps=steps).with_(lr=0.05, momentum=0.9, batch_size=per_rank * world)
     h = train(cfg, world)
     tail = slice(1, None)
     calls = max(1, sum(c for c, _ in h.series["traffic"][-1].values()))

@@ -12,38 +12,103 @@ from __future__ import annotations
 
 
 def _bn(c):
-    return [(c,), (c,)]
+    return [((c,), 0.0), ((c,), 0.0)]
+
+
+def _conv(cout, cin, k, hw):
+    """A conv layer's shape and forward FLOPs per sample at output size ``hw`` x ``hw``."""
+    return ((cout, cin, k, k), 2.0 * cout * cin * k * k * hw * hw)
+
+
+def _fc(out, inp):
+    return [((out, inp), 2.0 * out * inp), ((out,), 0.0)]
+
+
+def resnet_layers(blocks=(3, 4, 6, 3), classes=1000):
+    """ResNet's (shape, forward FLOPs per sample) in forward order: conv1 at 112 x 112, stage
+    ``i``'s convolutions at ``56 / 2**i`` (He et al. 2016, Table 1)."""
+    s = [_conv(64, 3, 7, 112)] + _bn(64)
+    cin = 64
+    for i, n in enumerate(blocks):
+        width, hw = 64 * 2 ** i, 56 // 2 ** i
+        for b in range(n):
+            s += [_conv(width, cin, 1, hw)] + _bn(width) + [_conv(width, width, 3, hw)] + _bn(width)
+            s += [_conv(4 * width, width, 1, hw)] + _bn(4 * width)
+            if b == 0:
+                s += [_conv(4 * width, cin, 1, hw)] + _bn(4 * width)
+            cin = 4 * width
+    return s + _fc(classes, cin)
+
+
+def vgg19_layers(classes=1000):
+    """VGG-19 (config E): 3 x 3 convolutions at 224, 112, 56, 28, 14, then three FC layers."""
+    cfg = [(64, 224)] * 2 + [(128, 112)] * 2 + [(256, 56)] * 4 + [(512, 28)] * 4 + [(512, 14)] * 4
+    s, cin = [], 3
+    for c, hw in cfg:
+        s += [_conv(c, cin, 3, hw), ((c,), 0.0)]
+        cin = c
+    return s + _fc(4096, 512 * 7 * 7) + _fc(4096, 4096) + _fc(classes, 4096)
+
+
+def bert_base_layers(layers=12, h=768, vocab=30522, tokens=128):
+    """BERT-base: embeddings (a lookup, no FLOPs), then per layer the attention's and the
+    feed-forward's matrices at 2 FLOPs per value per token."""
+    s = [((vocab, h), 0.0), ((512, h), 0.0), ((2, h), 0.0), ((h,), 0.0), ((h,), 0.0)]
+    for _ in range(layers):
+        s += [((3 * h, h), 2.0 * 3 * h * h * tokens), ((3 * h,), 0.0), ((h, h), 2.0 * h * h * tokens),
+              ((h,), 0.0), ((h,), 0.0), ((h,), 0.0), ((4 * h, h), 2.0 * 4 * h * h * tokens),
+              ((4 * h,), 0.0), ((h, 4 * h), 2.0 * 4 * h * h * tokens), ((h,), 0.0), ((h,), 0.0),
+              ((h,), 0.0)]
+    return s + [((h, h), 2.0 * h * h), ((h,), 0.0)]
+
+
+def _lstm(h, inp, tokens):
+    """One LSTM layer as MXNet stores it: i2h and h2h weights and their biases."""
+    return [((4 * h, inp), 2.0 * 4 * h * inp * tokens), ((4 * h, h), 2.0 * 4 * h * h * tokens),
+            ((4 * h,), 0.0), ((4 * h,), 0.0)]
+
+
+def sockeye_layers(src_vocab=17191, tgt_vocab=7709, h=512, tokens=25):
+    """The Sockeye RNN model of the P3 authors' ``run_exp.sh``: 512-wide embeddings, a 2-layer
+    LSTM encoder (the first layer bidirectional, 256 a direction), a 2-layer LSTM decoder fed its
+    previous attentional state, MLP attention of 512, on IWSLT'15 en-vi (vocabularies of
+    17,191 and 7,709 words, Luong and Manning 2015); ``tokens`` per sentence (a bucket of
+    about the corpus's mean length). Input feeding and the attentional layer follow Sockeye 1.x's
+    defaults as read here (Hieber et al., arXiv 1712.05690), an assumption the book states."""
+    s = [((src_vocab, h), 0.0)]
+    s += _lstm(h // 2, h, tokens) + _lstm(h // 2, h, tokens) + _lstm(h, h, tokens)
+    s += [((h, h), 2.0 * h * h * tokens), ((h, h), 2.0 * h * h * tokens), ((h,), 0.0),
+          ((1, h), 2.0 * h * tokens * tokens)]                 # MLP attention: key, query, v
+    s += [((tgt_vocab, h), 0.0)] + _lstm(h, 2 * h, tokens) + _lstm(h, h, tokens)
+    s += [((h, 2 * h), 2.0 * h * 2 * h * tokens), ((h,), 0.0)]  # attentional hidden layer
+    return s + [((tgt_vocab, h), 2.0 * tgt_vocab * h * tokens), ((tgt_vocab,), 0.0)]
+
+
+def _shapes(layers):
+    return [shape for shape, _ in layers]
 
 
 def resnet(blocks=(3, 4, 6, 3), classes=1000):
-    s = [(64, 3, 7, 7)] + _bn(64)
-    cin = 64
-    for i, n in enumerate(blocks):
-        width = 64 * 2 ** i
-        for b in range(n):
-            s += [(width, cin, 1, 1)] + _bn(width) + [(width, width, 3, 3)] + _bn(width)
-            s += [(4 * width, width, 1, 1)] + _bn(4 * width)
-            if b == 0:
-                s += [(4 * width, cin, 1, 1)] + _bn(4 * width)
-            cin = 4 * width
-    return s + [(classes, cin), (classes,)]
+    return _shapes(resnet_layers(blocks, classes))
 
 
 def vgg19(classes=1000):
-    cfg = [64, 64, 128, 128, 256, 256, 256, 256] + [512] * 8
-    s, cin = [], 3
-    for c in cfg:
-        s += [(c, cin, 3, 3), (c,)]
-        cin = c
-    return s + [(4096, 512 * 7 * 7), (4096,), (4096, 4096), (4096,), (classes, 4096), (classes,)]
+    return _shapes(vgg19_layers(classes))
 
 
 def bert_base(layers=12, h=768, vocab=30522):
-    s = [(vocab, h), (512, h), (2, h), (h,), (h,)]
-    for _ in range(layers):
-        s += [(3 * h, h), (3 * h,), (h, h), (h,), (h,), (h,), (4 * h, h), (4 * h,), (h, 4 * h),
-              (h,), (h,), (h,)]
-    return s + [(h, h), (h,)]
+    return _shapes(bert_base_layers(layers, h, vocab))
+
+
+#: name -> a function giving (shape, forward FLOPs per sample) per layer, in forward order
+LAYERS = {"resnet50": resnet_layers, "resnet101": lambda: resnet_layers((3, 4, 23, 3)),
+          "vgg19": vgg19_layers, "bert-base": bert_base_layers, "sockeye": sockeye_layers}
+
+
+def layers(name: str) -> list:
+    """(shape, forward FLOPs per sample) of each layer of ``name``, in forward order."""
+    model(name)
+    return LAYERS[name]()
 
 
 #: name -> (layer shapes, forward FLOPs per sample, where the numbers come from)
@@ -52,6 +117,8 @@ MODELS = {
     "resnet101": (resnet((3, 4, 23, 3)), 15.6e9, "He et al. 2016, Table 1"),
     "vgg19": (vgg19(), 39.2e9, "Simonyan and Zisserman 2015, config E"),
     "bert-base": (bert_base(), 2 * 110e6 * 128, "Devlin et al. 2019; 2 x params per token, 128 tokens"),
+    "sockeye": (_shapes(sockeye_layers()), sum(f for _, f in sockeye_layers()),
+                "the P3 authors' run_exp.sh (Sockeye RNN, IWSLT'15 en-vi); FLOPs from its layers"),
 }
 
 

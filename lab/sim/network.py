@@ -63,8 +63,10 @@ class Cluster:
     def flat(cls, ranks: int, link: str, alpha: float = 0.0, kernel: bool = False) -> "Cluster":
         """``ranks`` single-rank nodes on ``link`` ('1Gbps'); ``kernel``: the efficiencies of
         the book's kernel links at the nearest measured rank count."""
+        from ..comm import Network
         eff = kernel_efficiency(ranks) if kernel else {}
-        return cls(ranks, _rate(link), alpha, 1, math.inf, eff)
+        net = Network.parse(link)   # '1Gbps' or '1Gbps,0.1ms': the latency, if given, is alpha
+        return cls(ranks, net.bandwidth, alpha or net.latency, 1, math.inf, eff)
 
 
 def kernel_efficiency(ranks: int, path: Path = LINKS) -> dict:

@@ -24,6 +24,7 @@ FAMILIES = {"dense": ["fp32", "bf16"], "quantization": ["qsgd"], "sparsification
             "parameter server": ["async-ps"]}
 SGD = {"lr": 0.05, "momentum": 0.9}
 WALL = ("fifo", "p3", "async-ps")   # measured by wall time per step
+PER_RANK = 8                        # samples per rank and step, in calibration and validation
 
 
 def overrides(technique: str) -> dict:
@@ -62,14 +63,14 @@ def measure_one(c: dict) -> dict:
     from ..advise.methods import base_config
     from ..train import train
     cfg = base_config(c["model"], steps=steps_for(c["technique"])).with_(
-        network=c["link"], link="kernel", **overrides(c["technique"]))
+        network=c["link"], link="kernel", batch_size=PER_RANK * c["world"], **overrides(c["technique"]))
     h = train(cfg, c["world"])
     if c["technique"] in WALL:
         step = h.wall_s / h.steps
     else:
         step = statistics.mean(a + b + d for a, b, d in
                                zip(h.compute_s[1:], h.codec_s[1:], h.comm_s[1:]))
-    return {**c, "measured_s": step, "wall_s": h.wall_s, "steps": h.steps,
+    return {**c, "measured_s": step, "wall_s": h.wall_s, "steps": h.steps, "link_kind": h.link,
             "bytes_per_step": statistics.mean(h.bytes[1:])}
 
 
@@ -107,7 +108,8 @@ def calibrate_for(rows: list[dict], progress=print) -> dict:
     calib = {"profiles": {}, "codecs": {}, "cores": __import__("os").cpu_count()}
     for model, world in sorted({(r["model"], r["world"]) for r in rows}):
         progress(f"compute profile {model} at {world} ranks")
-        calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world)
+        calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world,
+                                                                          per_rank=PER_RANK)
     for t, model, world in sorted({(r["technique"], r["model"], r["world"]) for r in rows}):
         calib["codecs"][f"{t}:{model}:{world}"] = list(calibrate.codec_per_value(t, model, world))
     return calib
