@@ -58,7 +58,9 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     (give ``target``), borrows the stored models' penalties. ``progress``: what is measured
     said on stderr as it goes (how long, where it is cached, a line per method); nothing
     when every profile is cached. Each prediction's ``machine`` names the CPU its codec time
-    (and, without ``params``, its compute) was measured on (``lab.bench.table.machine``).
+    (and, without ``params``, its compute) was measured on (``lab.bench.table.machine``); its
+    ``band`` is lab.sim's worst step-time error on its family's held-out runs
+    (:func:`lab.advise.validated.band_of`; ``None``: not validated).
     """
     link = Network.parse(network)
     if link is None:
@@ -83,8 +85,9 @@ def advise(model: str = "mlp", workers: int = 4, network="1gbps", methods=None,
     else:
         conv = curves_for(model, chosen, target, probe, use_cache, progress)
     from ..bench.table import machine
+    from .validated import band_of
     here = machine()
-    return [replace(r, machine=here)
+    return [replace(r, machine=here, **dict(zip(("band", "band_source"), band_of(r.method))))
             for r in predict(profiles, workers, link, model, conv=conv, target=target)]
 
 

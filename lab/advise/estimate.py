@@ -46,6 +46,8 @@ class Prediction:
     time_s: float          # predicted seconds to the target
     reason: str
     machine: str = ""      # the CPU codec (and measured compute) times are from; "" unknown
+    band: float | None = None   # lab.sim's worst step error on its family; None: not validated
+    band_source: str = ""       # where the band comes from (lab.advise.validated.band_of)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -66,14 +66,18 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps([r.as_dict() for r in ranked], indent=1))
         return 0
+    from ..advise.validated import band_text
     for line in provenance(a, ranked[0].machine if ranked else ""):
         print(line)
     print(f"{'rank':>4}  {'method':10s} {'family':15s} {'to target':>10s} {'ms/step':>8s} "
-          f"{'codec ms':>8s} {'steps':>6s}  why")
+          f"{'band':>6s} {'codec ms':>8s} {'steps':>6s}  why [band: lab.sim's worst step-time "
+          f"error on held-out kernel-link runs of the method's family]")
     for i, r in enumerate(ranked, 1):
         t = "never" if r.time_s == float("inf") else f"{r.time_s:.2f} s"
+        band = "none" if r.band is None else f"+/-{100 * r.band:.0f}%"
         print(f"{i:>4}  {r.method:10s} {r.family:15s} {t:>10s} {1e3 * r.step_s:8.2f} "
-              f"{1e3 * r.codec_s:8.2f} {r.steps:6.0f}  {r.reason}")
+              f"{band:>6s} {1e3 * r.codec_s:8.2f} {r.steps:6.0f}  {r.reason} "
+              f"[{band_text(r.band, r.band_source)}]")
     return 0
 
 
