@@ -62,6 +62,16 @@ def bert_base_layers(layers=12, h=768, vocab=30522, tokens=128):
     return s + [((h, h), 2.0 * h * h), ((h,), 0.0)]
 
 
+def alexnet_layers(classes=1000):
+    """AlexNet as Caffe's reference model stores it (Krizhevsky et al., NeurIPS 2012: conv2, 4 and
+    5 in two groups): 60,965,224 values, the 232.56 MB of Lin et al. (ICLR 2018, Table 3)."""
+    convs = [(96, 3, 11, 55), (256, 48, 5, 27), (384, 256, 3, 13), (384, 192, 3, 13), (256, 192, 3, 13)]
+    s = []
+    for cout, cin, k, hw in convs:
+        s += [_conv(cout, cin, k, hw), ((cout,), 0.0)]
+    return s + _fc(4096, 256 * 6 * 6) + _fc(4096, 4096) + _fc(classes, 4096)
+
+
 def _lstm(h, inp, tokens):
     """One LSTM layer as MXNet stores it: i2h and h2h weights and their biases."""
     return [((4 * h, inp), 2.0 * 4 * h * inp * tokens), ((4 * h, h), 2.0 * 4 * h * h * tokens),
@@ -101,7 +111,7 @@ def bert_base(layers=12, h=768, vocab=30522):
 
 
 #: name -> a function giving (shape, forward FLOPs per sample) per layer, in forward order
-LAYERS = {"resnet50": resnet_layers, "resnet101": lambda: resnet_layers((3, 4, 23, 3)),
+LAYERS = {"alexnet": alexnet_layers, "resnet50": resnet_layers, "resnet101": lambda: resnet_layers((3, 4, 23, 3)),
           "vgg19": vgg19_layers, "bert-base": bert_base_layers, "sockeye": sockeye_layers}
 
 
@@ -117,6 +127,8 @@ MODELS = {
     "resnet101": (resnet((3, 4, 23, 3)), 15.6e9, "He et al. 2016, Table 1"),
     "vgg19": (vgg19(), 39.2e9, "Simonyan and Zisserman 2015, config E"),
     "bert-base": (bert_base(), 2 * 110e6 * 128, "Devlin et al. 2019; 2 x params per token, 128 tokens"),
+    "alexnet": (_shapes(alexnet_layers()), sum(f for _, f in alexnet_layers()),
+                "Krizhevsky et al. 2012, Caffe's grouped reference model; FLOPs from its layers"),
     "sockeye": (_shapes(sockeye_layers()), sum(f for _, f in sockeye_layers()),
                 "the P3 authors' run_exp.sh (Sockeye RNN, IWSLT'15 en-vi); FLOPs from its layers"),
 }

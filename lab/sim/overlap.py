@@ -4,7 +4,7 @@
 Zhang et al., USENIX ATC 2017: each layer's gradient sent as soon as backward produces it) and
 ``p3`` (Jayarajan et al., SysML 2019, Sec. 4: slices of 40,000 values, sent by forward-order
 priority, so the next forward starts on the first layers early) are priced by Part 7's own
-planner, :func:`lab.schedule.plan.predict`, on the cluster's effective link: the same event
+planner, ``lab.schedule.plan.predict``, on the cluster's effective link: the same event
 model the P3 engine issues by. Per-layer compute is split in proportion to the layers' values
 (forward a third, backward two thirds of the step's compute: the advisor's ``BACKWARD_SHARE``).
 """

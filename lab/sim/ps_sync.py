@@ -127,7 +127,7 @@ def speedup_curve(name: str, links_bps, workers: int = 4, batch: int = 32,
     """kvstore's step over ``scheme``'s at each link speed (bits/s) in ``links_bps``."""
     sizes, fwd, bwd = profile(name, batch, device_flops)
     out = []
-    for bps in links_bps:
+    for bps in map(float, links_bps):
         kv = step(sizes, fwd, bwd, "kvstore", bps / 8, workers, alpha, colocated)
         me = step(sizes, fwd, bwd, scheme, bps / 8, workers, alpha, colocated)
         out.append({"model": name, "link_gbps": bps / 1e9, "kvstore_s": kv, f"{scheme}_s": me,

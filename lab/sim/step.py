@@ -28,7 +28,8 @@ from .network import Cluster
 
 @dataclass(frozen=True)
 class Config:
-    """What a prediction needs: layer ``shapes``, ``technique``, a :class:`Cluster`, compute
+    """What a prediction needs: layer ``shapes``, ``technique``, a
+    :class:`~lab.sim.network.Cluster`, compute
     per rank and step (s), codec seconds per value, the loopback floor per collective round (s),
     the cores the ranks share (``None``: a rank per device)."""
 
