@@ -28,7 +28,12 @@ TECHNIQUES = {
     "fifo": dict(op="allreduce", schedule="fifo"),
     "p3": dict(op="allreduce", schedule="p3"),
     "async-ps": dict(op="ps"),
+    "signsgd": dict(compressor="sign", op="allgather"),
 }
+# the densities and ranks of Agarwal et al.'s grid (MLSys 2022), by name
+TECHNIQUES.update({f"topk-{d:g}": dict(compressor="topk", kw={"density": d}, op="allgather")
+                   for d in (0.1, 0.01, 0.001)})
+TECHNIQUES.update({f"powersgd-{r}": dict(aggregator="powersgd", rank=r) for r in (4, 8, 16)})
 
 
 def technique(name: str) -> dict:

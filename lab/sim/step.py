@@ -69,10 +69,14 @@ class Prediction:
 
 def family(name: str) -> str:
     """The validation family a technique belongs to (its error band)."""
+    if name.startswith("topk-"):
+        return "sparsification"
+    if name.startswith("powersgd-"):
+        return "low rank"
     return {"fp32": "dense", "bf16": "dense", "fp16": "dense", "qsgd": "quantization",
             "terngrad": "quantization", "topk+ef": "sparsification", "dgc": "sparsification",
             "powersgd": "low rank", "local-sgd": "local SGD", "fifo": "schedule",
-            "p3": "schedule", "async-ps": "parameter server"}[name]
+            "p3": "schedule", "async-ps": "parameter server", "signsgd": "quantization"}[name]
 
 
 def _rounds(op: str, p: int) -> float:
