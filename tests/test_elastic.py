@@ -61,3 +61,26 @@ def test_shrink_renumbers_and_names_bad_arguments(tmp_path):
         train_losing_a_worker(CFG.with_(averaging="none", averaging_kw={}), 4, 1, 5, tmp_path)
     with pytest.raises(ValueError, match="batch_size"):
         train_losing_a_worker(CFG.with_(batch_size=16), 4, 1, 5, tmp_path)
+
+
+def test_cli_elastic_fault_drill(tmp_path, capsys):
+    from lab.cli.train import main
+    rc = main(["--averaging", "diloco", "--averaging-kw", "period=5", "--optimizer", "adam",
+               "--lr", "3e-3", "--steps", "30", "--batch-size", "24", "--workers", "4",
+               "--eval-every", "10", "--elastic", "--lose-rank", "2", "--lose-after", "10",
+               "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "rank 2 lost" in out and "3 ranks resumed" in out
+    hist = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert len(hist["loss"]) == 30
+    assert sorted(p.name for p in (tmp_path / "run" / "elastic").iterdir()) == ["3-ranks", "4-ranks"]
+
+
+@pytest.mark.parametrize("flags,says", [(["--lose-rank", "2", "--lose-after", "5"], "need --elastic"),
+                                        (["--elastic", "--lose-rank", "2"], "go together"),
+                                        (["--elastic", "--lose-rank", "9", "--lose-after", "5"], "lose-rank")])
+def test_cli_elastic_refuses_bad_flags(tmp_path, capsys, flags, says):
+    from lab.cli.train import main
+    rc = main(["--averaging", "diloco", "--averaging-kw", "period=5", "--workers", "4",
+               "--batch-size", "24", "--out", str(tmp_path / "r")] + flags)
+    assert rc == 2 and says in capsys.readouterr().err

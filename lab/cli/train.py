@@ -93,6 +93,14 @@ def add_arguments(p) -> None:
                         "non-finite gradient reach the aggregator (default: stop with an error "
                         "naming the step and rank; a non-finite loss always stops the run)")
     p.add_argument("--out", default="runs/latest", help="folder for history.json/.csv and plot.png")
+    p.add_argument("--elastic", action="store_true",
+                   help="go on with the survivors when a rank other than 0 dies: checkpoints "
+                        "every outer step (an averaging with a period: diloco, local, ...) in "
+                        "OUT/elastic, resumed on one rank fewer (lab.train.elastic)")
+    p.add_argument("--lose-rank", type=integer(1), default=None, metavar="RANK",
+                   help="with --elastic: SIGKILL rank RANK after --lose-after (a fault drill)")
+    p.add_argument("--lose-after", type=integer(1), default=None, metavar="STEP",
+                   help="with --lose-rank: the step whose checkpoint must exist first")
     add_checkpoint_flags(p)
 
 
@@ -144,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         return refused(e)
     if out_refused(a.out):
         return 2
-    if torchrun:  # a checkpoint of another config, ... is refused by every rank, said once
+    if a.elastic or a.lose_rank is not None or a.lose_after is not None:
+        bad = _elastic_refusal(a, torchrun)
+        if bad:
+            return refused(ValueError(bad))
+        hist = launched(lambda: _elastic(cfg, a), a.out)
+    elif torchrun:  # a checkpoint of another config, ... is refused by every rank, said once
         hist = launched(lambda: _under_torchrun(cfg, a), a.out)
     else:
         hist = launched(lambda: train(cfg, a.workers, device=a.device, timeout=a.timeout,
@@ -192,3 +205,36 @@ def _under_torchrun(cfg, a):
     dist.all_gather_object(per_rank, mine)  # results to rank 0, outside the ledger
     dist.destroy_process_group()
     return _merge(per_rank) if ctx.rank == 0 else None
+
+
+def _elastic_refusal(a, torchrun: bool) -> str:
+    """Why the --elastic flags cannot run as given ('' if they can)."""
+    if not a.elastic:
+        return "--lose-rank and --lose-after need --elastic"
+    if torchrun:
+        return "--elastic re-forms the run itself: launch it without torchrun"
+    if (a.lose_rank is None) != (a.lose_after is None):
+        return "--lose-rank and --lose-after go together"
+    if a.lose_rank is not None and a.lose_rank >= a.workers:
+        return f"--lose-rank must be a rank in [1, {a.workers}), got {a.lose_rank}"
+    if getattr(a, "checkpoint_every", 0) or getattr(a, "resume", None):
+        return "--elastic checkpoints every outer step itself: drop --checkpoint-every/--resume"
+    return ""
+
+
+def _elastic(cfg, a):
+    """The elastic run of ``python -m lab train --elastic``: its History, the faults printed."""
+    from pathlib import Path
+
+    from ..train.elastic import train_elastic, train_losing_a_worker
+    d = Path(a.out) / "elastic"
+    kw = dict(device=a.device, timeout=a.timeout)
+    if a.lose_rank is not None:
+        hist, ev = train_losing_a_worker(cfg, a.workers, a.lose_rank, a.lose_after, d, **kw)
+        events = [ev]
+    else:
+        hist, events = train_elastic(cfg, a.workers, d, **kw)
+    for e in events:
+        print(f"rank {e['lost_rank']} lost ({e['cause']}); {e['workers_after']} ranks resumed "
+              f"from the checkpoint of step {e['resumed_from_step']}")
+    return hist

@@ -58,45 +58,85 @@ def _kill_when(directory: Path, after_step: int, rank: int, stop: threading.Even
         time.sleep(0.002)
 
 
-def train_losing_a_worker(config, workers: int, lose: int, after_step: int, directory, **kw):
-    """Train ``config`` (a DiLoCo-style run) on ``workers`` ranks, checkpointing every outer
-    step, kill rank ``lose`` once the checkpoint of step ``after_step`` (or a later one) exists,
-    and go on with the ``workers - 1`` survivors from the newest checkpoint. Returns
-    ``(history, event)``: one History of all steps (its loss the mean over the ranks there
-    were at each step) and ``event`` = ``{"lost_rank", "resumed_from_step", "workers_after", "cause"}``."""
+def _period(config) -> int:
     h_outer = (config.averaging_kw or {}).get("period")
     if not h_outer:
         raise ValueError("config: an averaging scheme with a period (diloco, streaming_diloco, "
                          "local) is needed, its outer step is where the run re-forms")
+    return int(h_outer)
+
+
+def train_elastic(config, workers: int, directory, min_workers: int = 2, _on_start=None, **kw):
+    """Train ``config`` on ``workers`` ranks, checkpointing every outer step into
+    ``directory``; whenever a rank other than 0 dies, go on with the survivors from the newest
+    checkpoint, down to ``min_workers``. Returns ``(history, events)``: one History of all
+    steps (its loss the mean over the ranks there were at each step) and one event a fault,
+    ``{"lost_rank", "resumed_from_step", "workers_after", "cause"}``. A failure of rank 0 (it
+    keeps the run's evaluation and history), of every rank at once, or one before the first
+    checkpoint is raised as it came."""
+    h_outer = _period(config)
+    if not isinstance(min_workers, int) or not 1 <= min_workers <= workers:
+        raise ValueError(f"min_workers must be an int in [1, {workers}], got {min_workers!r}")
+    root, n, resume, events, losses = Path(directory), workers, None, [], []
+    while True:
+        if config.batch_size % n:
+            raise ValueError(f"config.batch_size ({config.batch_size}) must divide over the "
+                             f"{n} ranks left")
+        here = root / f"{n}-ranks"
+        if _on_start is not None:
+            _on_start(here, n)
+        try:
+            h = train(config, n, resume=resume, checkpoint_every=h_outer, checkpoint_dir=here, **kw)
+            break
+        except RunFailed as err:
+            last = latest(here)
+            if err.rank in (None, 0) or last is None or n - 1 < min_workers:
+                raise
+            step = read_meta(last)["step"]
+            # the loss before the fault is the mean over all the ranks there were then
+            losses.append((step, n, [load(last, r)["history"].loss for r in range(n)]))
+            resume = root / f"{n - 1}-ranks"   # the survivors resume from the folder
+            shrink(last, err.rank, resume)
+            events.append({"lost_rank": err.rank, "resumed_from_step": step,
+                           "workers_after": n - 1, "cause": err.error["cause"]})
+            n -= 1
+    for step, ranks, before in reversed(losses):   # the earliest fault's ranks count first
+        h.loss[:step] = [sum(x) / ranks for x in zip(*before)]
+    return h, events
+
+
+def train_losing_a_worker(config, workers: int, lose: int, after_step: int, directory, **kw):
+    """Train ``config`` (a DiLoCo-style run) on ``workers`` ranks, checkpointing every outer
+    step, kill rank ``lose`` once the checkpoint of step ``after_step`` (or a later one) exists,
+    and go on with the ``workers - 1`` survivors from the newest checkpoint
+    (:func:`train_elastic`). Returns ``(history, event)``: one History of all steps (its loss
+    the mean over the ranks there were at each step) and ``event`` = ``{"lost_rank",
+    "resumed_from_step", "workers_after", "cause"}``."""
+    _period(config)
     if not 0 < lose < workers:
         raise ValueError(f"lose must be a rank in [1, {workers}) (rank 0 keeps the run's "
                          f"evaluation and history), got {lose}")
     if config.batch_size % (workers - 1):
         raise ValueError(f"config.batch_size ({config.batch_size}) must divide over the "
                          f"{workers - 1} survivors as well")
-    root = Path(directory)
-    first, after = root / f"{workers}-ranks", root / f"{workers - 1}-ranks"
     stop = threading.Event()
-    killer = threading.Thread(target=_kill_when, args=(first, after_step, lose, stop), daemon=True)
-    killer.start()
+    killers = []
+
+    def arm(here, n):   # only the first launch loses a rank
+        if n == workers:
+            t = threading.Thread(target=_kill_when, args=(here, after_step, lose, stop), daemon=True)
+            t.start()
+            killers.append(t)
+        else:
+            stop.set()
     try:
-        train(config, workers, checkpoint_every=h_outer, checkpoint_dir=first, **kw)
-    except RunFailed as err:
-        cause = err.error["cause"]
-    else:
-        raise RuntimeError(f"rank {lose} was not lost: the run ended before the checkpoint of "
-                           f"step {after_step}; give a smaller after_step")
+        h, events = train_elastic(config, workers, directory, min_workers=workers - 1,
+                                  _on_start=arm, **kw)
     finally:
         stop.set()
-        killer.join()
-    last = latest(first)
-    step = read_meta(last)["step"]
-    # the loss before the fault is the mean over all ranks then, not over the survivors
-    before = [load(last, r)["history"].loss for r in range(workers)]
-    shrink(last, lose, after)
-    h = train(config, workers - 1, resume=after, checkpoint_every=h_outer,
-              checkpoint_dir=after, **kw)
-    h.loss[:step] = [sum(x) / workers for x in zip(*before)]
-    event = {"lost_rank": lose, "resumed_from_step": step,
-             "workers_after": workers - 1, "cause": cause}
-    return h, event
+        for t in killers:
+            t.join()
+    if not events:
+        raise RuntimeError(f"rank {lose} was not lost: the run ended before the checkpoint of "
+                           f"step {after_step}; give a smaller after_step")
+    return h, events[0]
