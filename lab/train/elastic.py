@@ -7,7 +7,7 @@ is re-formed for the surviving ranks (the lost rank's file dropped, the others r
 world size lowered) and the run resumes on them. After a DiLoCo outer step every rank holds the
 same parameters and outer state, so nothing of the model is lost; the lost rank's inner steps
 since that outer step are, and they are redone. No data is lost: a step's global batch is drawn
-from (seed, step) and split over however many ranks there are (:meth:`lab.data.Dataset.batch`),
+from (seed, step) and split over however many ranks there are (``lab.data.Dataset.batch``),
 so the survivors take the lost rank's share. Deviation from torchft: the survivors restart from
 the checkpoint rather than carrying on in place.
 """
