@@ -36,6 +36,7 @@ from .async_1f1b import async_1f1b
 from .config import PipelineConfig
 from .failed import partial
 from .gpipe import gpipe
+from .heldout import final_eval
 from .mesh import Mesh
 from .onef1b import one_f_one_b
 from .optim import make_optimizer, step_lr
@@ -164,12 +165,19 @@ def run_rank(ctx, cfg: PipelineConfig, checkpoint: dict | None = None) -> dict:
         "stash_peak": [worker.peak_stash.get(t, 0) for t in range(cfg.steps)],
         "params": sum(p.numel() for p in params), **worker.log, **info,
         "weights": parameters_to_vector(params).detach().clone(),  # for tests; not in History
+        # the stage's final state: merge() assembles each replica's model and evaluates it
+        "state": {k: v.detach().cpu().clone() for k, v in module.state_dict().items()},
     }
 
 
 def merge(cfg: PipelineConfig, ranks: list[dict]) -> History:
-    """One History from the raw results of every rank of a run (see :func:`run_raw`)."""
+    """One History from the raw results of every rank of a run (see :func:`run_raw`). Its
+    ``test_loss``/``test_acc`` hold one value, at the last step: the final model's held-out
+    loss and accuracy, the mean over replicas (:func:`lab.pipeline.heldout.final_eval`,
+    evaluated here in the caller, outside the ledger)."""
     h = History(config=cfg.to_dict(), world_size=cfg.world_size)
+    tl, ta = final_eval(cfg, ranks)
+    h.eval_step, h.test_loss, h.test_acc = [cfg.steps], [tl], [ta]
     lasts = [r for r in ranks if r["loss"] is not None]
     h.loss = [float(v) for v in np.mean([r["loss"] for r in lasts], axis=0)]
     ends = np.max([r["ends"] for r in ranks], axis=0)
