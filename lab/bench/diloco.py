@@ -7,8 +7,10 @@ every method (``STEPS`` steps of a global batch of ``BATCH``), several seeds, Ad
 to collectives per step (ledger), hence bytes per sample and the peak of any step. Then one
 seed of each on an emulated slow link (``SLOW``): every collective lasts its alpha-beta time
 for real, so the wall time is what a 100 Mb/s, 10 ms wide-area link would cost (the model
-link; the kernel link is not used here). AsyncMesh's sparse averaging (``lab.pipeline``, one
-stage, 4 replicas, 1/H of the parameters a step: DiLoCo's bytes) where it runs.
+link); ``--rerun slow_kernel --into FILE`` adds fp32 allreduce and DiLoCo on a kernel link
+(``SLOW_KERNEL``, shaped NICs in network namespaces), one seed. AsyncMesh's sparse averaging
+(``lab.pipeline``, one stage, 4 replicas, 1/H of the parameters a step: DiLoCo's bytes), scored
+on the held-out loss of its replicas' final models.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .table import bench_parser, machine, print_rows
 
 STEPS, BATCH, H, WORKERS, LR = 300, 64, 20, 4, 3e-3
 SLOW = "100Mbps,10ms"
+SLOW_KERNEL = "20Mbps,10ms"  # a kernel link: tbf-shaped NICs (--rerun slow_kernel)
 SEEDS = (0, 1, 2)
 
 
@@ -89,8 +92,25 @@ def sparse_averaging(steps: int = STEPS, seeds=SEEDS, h: int = H) -> list[dict]:
     return stamp(rows, "none", bytes={"bytes/sample": "handed over"})
 
 
+def slow_kernel(steps: int = STEPS, seed: int = 0, network: str = SLOW_KERNEL) -> list[dict]:
+    """fp32 allreduce and DiLoCo on a *kernel* link (:mod:`lab.comm.kernel`: each rank a
+    network namespace, its NIC shaped by tbf to ``network``): the wall time of a real slow
+    link, one seed."""
+    ms = methods()
+    names = ("fp32 allreduce", f"DiLoCo H={H}")
+    cfgs = [base(seed, steps, label=n, network=network, link="kernel", **ms[n]) for n in names]
+    rows = [{"method": n, "seed": seed, "network": network, "wall s": h.wall_s,
+             "test loss": h.test_loss[-1], "bytes/sample": sum(h.bytes) / (steps * BATCH)}
+            for n, h in zip(names, train_many(cfgs, WORKERS, progress=False, timeout=900))]
+    return stamp(rows, link_of(network, kernel=True), clock={"wall s": "wall"},
+                 bytes={"bytes/sample": "handed over"})
+
+
 RERUNS = {"sparse": ("sparse rows re-run after lab.pipeline gained held-out evaluation",
-                     lambda steps, seeds: sparse_averaging(steps, seeds))}
+                     lambda steps, seeds: sparse_averaging(steps, seeds)),
+          "slow_kernel": (f"added: fp32 allreduce and DiLoCo on a kernel link shaped to "
+                          f"{SLOW_KERNEL}, seed 0 (the other rows unchanged)",
+                          lambda steps, seeds: slow_kernel(steps, seeds[0]))}
 
 
 def rerun(key: str, path: str, steps: int, seeds, quick: bool) -> int:
