@@ -12,6 +12,8 @@ mean model).
 """
 from __future__ import annotations
 
+import torch
+
 from .. import data as data_mod, models
 from ..run.build import evaluate
 from .config import PipelineConfig
@@ -41,7 +43,8 @@ def final_eval(cfg: PipelineConfig, ranks: list[dict]) -> tuple[float, float]:
     losses, accs = [], []
     for rep in range(cfg.replicas):
         model, _ = replica_model(cfg, ranks, rep, data)
-        loss, acc = evaluate(model, data, "cpu")
+        with torch.no_grad():  # the same numbers as lab.train's, without building a graph
+            loss, acc = evaluate(model, data, "cpu")
         losses.append(loss)  # a diverged replica's NaN/Inf stays in the mean, seen
         accs.append(acc)
     return sum(losses) / len(losses), sum(accs) / len(accs)
