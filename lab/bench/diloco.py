@@ -59,11 +59,14 @@ def row(name: str, h, seed: int, samples: int) -> dict:
             "bytes": list(h.bytes)}
 
 
-def frontier(steps: int = STEPS, seeds=SEEDS, network: str | None = None) -> list[dict]:
+def frontier(steps: int = STEPS, seeds=SEEDS, network: str | None = None, model: str = "mlp",
+             data: str = "digits") -> list[dict]:
+    """Every method of :func:`methods` on ``model``/``data``, one run a method and seed."""
     rows = []
     for seed in seeds:
         ms = methods()
-        cfgs = [base(seed, steps, label=n, network=network, **kw) for n, kw in ms.items()]
+        cfgs = [base(seed, steps, label=n, network=network, model=model, data=data, **kw)
+                for n, kw in ms.items()]
         for name, h in zip(ms, train_many(cfgs, WORKERS, progress=False, timeout=900)):
             rows.append(row(name, h, seed, steps * BATCH))
     return stamp(rows, link_of(network), clock={"wall s": "wall"},
@@ -110,7 +113,11 @@ RERUNS = {"sparse": ("sparse rows re-run after lab.pipeline gained held-out eval
                      lambda steps, seeds: sparse_averaging(steps, seeds)),
           "slow_kernel": (f"added: fp32 allreduce and DiLoCo on a kernel link shaped to "
                           f"{SLOW_KERNEL}, seed 0 (the other rows unchanged)",
-                          lambda steps, seeds: slow_kernel(steps, seeds[0]))}
+                          lambda steps, seeds: slow_kernel(steps, seeds[0])),
+          "frontier_gpt": ("added: the same methods on the tiny GPT (model gpt, data text), the "
+                           "other rows unchanged",
+                           lambda steps, seeds: [dict(r, model="gpt") for r in
+                                                 frontier(steps, seeds, model="gpt", data="text")])}
 
 
 def rerun(key: str, path: str, steps: int, seeds, quick: bool) -> int:
