@@ -17,15 +17,6 @@ from pathlib import Path
 LINKS = Path(__file__).resolve().parents[2] / "book" / "01_foundations" / "kernel_links.json"
 
 
-def _rate(text: str) -> float:
-    """'1Gbps' / '100Mbps' / a number of bits per second -> bytes per second."""
-    t = str(text).strip().lower()
-    for unit, mult in (("gbps", 1e9), ("mbps", 1e6), ("kbps", 1e3), ("bps", 1.0)):
-        if t.endswith(unit):
-            return float(t[: -len(unit)]) * mult / 8
-    return float(t) / 8
-
-
 @dataclass(frozen=True)
 class Cluster:
     """``nodes`` x ``per_node`` ranks; ``bandwidth`` bytes/s per NIC, ``alpha`` s per message,
