@@ -2,13 +2,14 @@
 
 For a method, a link and a world size ``p``:
 
-- **one step** = compute + codec (both measured on this machine, :mod:`lab.advise.profile`)
-  + communication, the ledger's per-step traffic priced by the alpha-beta model of the link
-  (``Network.time``, the same model the emulated link sleeps by), and never less than the same
-  collectives measured on loopback (the floor the emulation cannot go below);
-  for P3 (``schedule="p3"``) the communication overlaps the backward pass (two thirds of
-  compute) and only what sticks out of it is counted (Part 7's overlap model, simplified);
-  the asynchronous parameter server has its own step (:func:`ps_step_seconds`);
+- **one step** is :func:`lab.sim.predict`'s, the book's one step-time model, on the profile
+  (:func:`sim_config`): compute + codec (both measured on this machine,
+  :mod:`lab.advise.profile`) + communication, the ledger's per-step traffic priced by the
+  alpha-beta model of the link (the formulas ``Network.time`` uses, the model the emulated
+  link sleeps by), never less than the same collectives measured on loopback (the floor the
+  emulation cannot go below); P3 and FIFO (``schedule``) are priced by Part 7's planner
+  (:mod:`lab.sim.overlap`), layer by layer against the backward pass; the asynchronous
+  parameter server's link carries its workers' pushes and pulls in series (:func:`ps_step_seconds`);
 - **steps** = the method's convergence penalty (steps to the target relative to fp32
   allreduce, read off the accuracy curves that ``python -m lab bench grid`` measured and stored
   in ``convergence.json``, at the measured world size nearest ``p``) times fp32's steps.
@@ -18,17 +19,19 @@ time or on extra steps.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..comm.network import Network
+from ..comm.network import BANDWIDTH_BITS, Network
+from ..sim import Cluster, Config
+from ..sim import predict as sim_predict
 from .methods import METHODS
 from .profile import StepProfile
 
 CONVERGENCE = Path(__file__).with_name("convergence.json")
-BACKWARD_SHARE = 2 / 3   # of forward + backward: the part gradients can overlap with
 
 
 @dataclass(frozen=True)
@@ -65,23 +68,17 @@ def comm_seconds(profile: StepProfile, p: int, link: Network) -> float:
 def ps_step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
     """(step seconds, exposed seconds) of one step (``p - 1`` gradients) of the asynchronous
     parameter server (Li et al., OSDI 2014, sec. 3; ASP as Downpour SGD, Dean et al., NeurIPS
-    2012). The server receives each push and sends each pull one after another, so its link
-    carries the step's ``p - 1`` pushes and pulls in series: the price of the profile's
-    traffic (``lab.sync.server.link_traffic``, scaled to ``p - 1`` workers) plus the
-    server's updates is a lower bound that grows with the workers. A worker does not wait for
-    the others, only for its own push, update and pull, so one gradient each is at least its
-    compute plus its share ``1/(p-1)`` of that; the step is the larger bound, and never less
-    than the step measured on loopback. Exposed = the step minus a worker's compute."""
-    n, was = p - 1, profile.world - 1
-    if n < 1:
+    2012), as :func:`lab.sim.predict` prices it. The server receives each push and sends each
+    pull one after another, so its link carries the step's ``p - 1`` pushes and pulls in
+    series: the price of the profile's traffic (``lab.sync.server.link_traffic``, scaled to
+    ``p - 1`` workers) plus the server's updates is a lower bound that grows with the workers.
+    A worker does not wait for the others, only for its own push, update and pull, so one
+    gradient each is at least its compute plus its share ``1/(p-1)`` of that; the step is the
+    larger bound, and never less than the step measured on loopback (at the profile's own
+    world size). Exposed = the step minus a worker's compute."""
+    if p - 1 < 1:
         raise ValueError(f"p must be >= 2 for a parameter server (rank 0 serves), got {p}")
-    scaled = {op: [c * n / was, b * n / was] for op, (c, b) in profile.traffic.items()}
-    server = profile.server_s * n / was
-    if link is not None:
-        server += comm_seconds(replace(profile, traffic=scaled), p, link)
-    floor = profile.comm_s + profile.server_s if n == was else 0.0
-    step = max(server, profile.compute_s + server / n, floor)
-    return step, step - profile.compute_s
+    return step_seconds(profile, p, link)
 
 
 def _served(method: str) -> bool:
@@ -89,18 +86,58 @@ def _served(method: str) -> bool:
     return METHODS[method].overrides.get("sync", "allreduce") != "allreduce"
 
 
+def _technique(method: str) -> str:
+    """The :mod:`lab.sim` technique whose schedule ``method`` runs (its bytes come from the
+    profile's ledger, so only the schedule and the server matter)."""
+    if _served(method):
+        return "async-ps"
+    return {"p3": "p3", "fifo": "fifo"}.get(METHODS[method].overrides.get("schedule"), "fp32")
+
+
+@functools.lru_cache(maxsize=32)
+def _layers(model: str, params: int) -> tuple:
+    """The layer shapes of ``model`` as the advisor builds it, if it has ``params`` values
+    (what an overlapping schedule's planner needs); else one layer of ``params`` values."""
+    from ..sim.calibrate import shapes
+    try:
+        got = tuple(tuple(s) for s in shapes(model))
+    except (KeyError, ValueError, TypeError):
+        got = ()
+    return got if sum(math.prod(s) for s in got) == params else ((params,),)
+
+
+def sim_config(profile: StepProfile, p: int, link: Network | None) -> Config:
+    """The :class:`lab.sim.Config` of ``profile`` priced with ``p`` ranks on ``link`` (None:
+    loopback, no link): compute, codec and loopback time as measured, the ledger's traffic in
+    place of the technique's formula, a flat cluster with the link's alpha and bandwidth."""
+    tech = _technique(profile.method)
+    shapes = _layers(profile.model, profile.params) if tech in ("p3", "fifo") else ((profile.params,),)
+    n = max(1, profile.params)
+    traffic = tuple((op, float(c), float(b) / c) for op, (c, b) in sorted(profile.traffic.items())
+                    if c)
+    if link is None:   # loopback: the link costs nothing beyond the measured floor
+        cluster = Cluster(p, BANDWIDTH_BITS[1] / 8)
+    else:
+        cluster = Cluster(p, link.bandwidth, link.latency)
+    if tech == "async-ps":
+        was = max(1, profile.world - 1)
+        floor = profile.comm_s + profile.server_s if p - 1 == was else 0.0
+        return Config(shapes, tech, cluster, profile.compute_s, traffic=traffic,
+                      traffic_workers=was, floor_s=floor,
+                      server_s_per_value=profile.server_s / was / n)
+    return Config(shapes, tech, cluster, profile.compute_s, codec_s_per_value=profile.codec_s / n,
+                  traffic=traffic, floor_s=profile.comm_s,
+                  algorithm=link.algorithm if link is not None else "ring")
+
+
 def step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
-    """(step seconds, exposed communication seconds) of one step. The emulated link lets each
-    collective run for real and then sleeps until its modeled time, so a step's communication
-    is never less than what the same collectives took on loopback (``profile.comm_s``, which
-    also holds the waits for ranks sharing the cores): the larger of the two is priced."""
-    if _served(profile.method):
-        return ps_step_seconds(profile, p, link)
-    comm = comm_seconds(profile, p, link) if link is not None and p > 1 else 0.0
-    comm = max(comm, profile.comm_s)
-    overlap = METHODS[profile.method].overrides.get("schedule") == "p3"
-    exposed = max(0.0, comm - BACKWARD_SHARE * profile.compute_s) if overlap else comm
-    return profile.compute_s + profile.codec_s + exposed, exposed
+    """(step seconds, exposed communication seconds) of one step: :func:`lab.sim.predict` on
+    :func:`sim_config`. The emulated link lets each collective run for real and then sleeps
+    until its modeled time, so a step's communication is never less than what the same
+    collectives took on loopback (``profile.comm_s``, which also holds the waits for ranks
+    sharing the cores): the larger of the two is priced."""
+    pred = sim_predict(sim_config(profile, p, link))
+    return pred.step_s, pred.comm_s
 
 
 def convergence(model: str, path=CONVERGENCE) -> dict:

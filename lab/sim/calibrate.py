@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import statistics
 
-from ..advise.machine import rounds
-
 
 def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) -> dict:
     """``{"compute_s", "floor_per_round_s", "params", "shapes"}`` of ``model`` on ``world``
     local ranks of ``per_rank`` samples each, fp32 allreduce, no link: medians over the steps
     after the first."""
+    from ..advise.machine import rounds
     from ..advise.methods import base_config
     from ..train import train
     cfg = base_config(model, steps=steps).with_(lr=0.05, momentum=0.9, batch_size=per_rank * world)

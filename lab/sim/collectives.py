@@ -40,11 +40,15 @@ def parameter_server(n: float, c: Cluster, servers: int = 1, colocated: bool = F
 
 
 def op_seconds(op: str, n: float, c: Cluster, algorithm: str = "ring") -> float:
-    """``op`` ('allreduce', 'allgather', 'broadcast') on ``n`` bytes per rank."""
+    """``op`` ('allreduce', 'allgather', 'broadcast'; on a flat cluster any op of
+    :func:`lab.comm.cost.op_time`, 'send' and 'recv' included) on ``n`` bytes per rank."""
     if op == "allreduce":
         return allreduce(n, c, algorithm)
     if op == "allgather":
         return allgather(n, c)
     if op == "broadcast":
         return cost.broadcast_tree(n, c.ranks, c.alpha, c.beta("broadcast"))
-    raise ValueError(f"op must be 'allreduce', 'allgather' or 'broadcast', got {op!r}")
+    if c.per_node == 1:
+        return cost.op_time(op, n, c.ranks, c.alpha, c.beta(op), algorithm)
+    raise ValueError(f"op must be 'allreduce', 'allgather' or 'broadcast' on a cluster with "
+                     f"more than one rank per node, got {op!r}")

@@ -6,7 +6,7 @@ Zhang et al., USENIX ATC 2017: each layer's gradient sent as soon as backward pr
 priority, so the next forward starts on the first layers early) are priced by Part 7's own
 planner, ``lab.schedule.plan.predict``, on the cluster's effective link: the same event
 model the P3 engine issues by. Per-layer compute is split in proportion to the layers' values
-(forward a third, backward two thirds of the step's compute: the advisor's ``BACKWARD_SHARE``).
+(forward a third, backward two thirds of the step's compute).
 """
 from __future__ import annotations
 

@@ -31,7 +31,13 @@ class Config:
     """What a prediction needs: layer ``shapes``, ``technique``, a
     :class:`~lab.sim.network.Cluster`, compute
     per rank and step (s), codec seconds per value, the loopback floor per collective round (s),
-    the cores the ranks share (``None``: a rank per device)."""
+    the cores the ranks share (``None``: a rank per device).
+
+    ``traffic``: a step's measured ``((op, calls, bytes per call), ...)`` (a ledger's, as the
+    advisor's profiles hold it) in place of the technique's formula; for the parameter server,
+    what its link carries for ``traffic_workers`` workers. ``floor_s``: the whole step's
+    loopback communication (measured) in place of the per-round floor. ``algorithm``: the
+    allreduce's, 'ring' or 'tree'."""
 
     shapes: tuple
     technique: str
@@ -42,9 +48,17 @@ class Config:
     cores: int | None = None
     servers: int = 1
     server_s_per_value: float = 0.0
+    traffic: tuple = ()
+    traffic_workers: int = 1
+    floor_s: float | None = None
+    algorithm: str = "ring"
 
     def __post_init__(self):
         technique(self.technique)
+        if self.algorithm not in ("ring", "tree"):
+            raise ValueError(f"algorithm must be 'ring' or 'tree', got {self.algorithm!r}")
+        if self.floor_s is not None and not (0 <= self.floor_s < math.inf):
+            raise ValueError(f"floor_s must be a finite number >= 0 or None, got {self.floor_s!r}")
         if not (self.compute_s >= 0) or math.isinf(self.compute_s):
             raise ValueError(f"compute_s must be a finite number >= 0, got {self.compute_s!r}")
         if not self.shapes:
@@ -90,19 +104,22 @@ def predict(cfg: Config) -> Prediction:
     share = max(1.0, p / cfg.cores) if cfg.cores else 1.0
     sizes = [math.prod(s) for s in cfg.shapes]
     n = sum(sizes)
-    plan = traffic(cfg.technique, cfg.shapes)
+    plan = cfg.traffic or traffic(cfg.technique, cfg.shapes)
     sent = sum(calls * b for _, calls, b in plan)
     if t.get("op") == "ps":
         return _ps(cfg, n, share)
     codec = cfg.codec_s_per_value * n * share
     comm = 0.0
     for op, calls, b in plan:
-        link = collectives.op_seconds(op, b, c)
-        floor = _rounds(op, p) * cfg.floor_per_round_s
+        link = collectives.op_seconds(op, b, c, cfg.algorithm)
+        floor = _rounds(op, p) * cfg.floor_per_round_s if cfg.floor_s is None else 0.0
         comm += calls * max(link, floor)
+    if cfg.floor_s is not None:   # the measured loopback step: a floor on all of it
+        comm = max(comm, cfg.floor_s)
     if t.get("schedule") in ("fifo", "p3"):
         step = overlap.overlapped_step(t["schedule"], sizes, cfg.compute_s, c)
-        floor = _rounds("allreduce", p) * cfg.floor_per_round_s
+        floor = (_rounds("allreduce", p) * cfg.floor_per_round_s if cfg.floor_s is None
+                 else cfg.floor_s)
         step = max(step, cfg.compute_s + floor)
         return Prediction(step, cfg.compute_s, 0.0, step - cfg.compute_s, sent,
                           family(cfg.technique))
@@ -116,11 +133,16 @@ def _ps(cfg: Config, n: int, share: float) -> Prediction:
     workers = c.ranks - 1
     if workers < 1:
         raise ValueError("a parameter server needs ranks >= 2 (rank 0 serves)")
-    one = 2 * (c.alpha + 4.0 * n * c.beta("broadcast")) / cfg.servers
+    if cfg.traffic:   # measured for traffic_workers workers: one worker's share, priced
+        one = sum(calls * collectives.op_seconds(op, b, c) for op, calls, b in cfg.traffic)
+        one, sent = one / cfg.traffic_workers, sum(k * b for _, k, b in cfg.traffic)
+    else:
+        one, sent = 2 * (c.alpha + 4.0 * n * c.beta("broadcast")) / cfg.servers, 8.0 * n
     server = workers * (one + cfg.server_s_per_value * n * share)
-    server = max(server, workers * 2 * cfg.floor_per_round_s)
-    step = max(server, cfg.compute_s + server / workers)
-    return Prediction(step, cfg.compute_s, 0.0, step - cfg.compute_s, 8.0 * n,
+    if cfg.floor_s is None:
+        server = max(server, workers * 2 * cfg.floor_per_round_s)
+    step = max(server, cfg.compute_s + server / workers, cfg.floor_s or 0.0)
+    return Prediction(step, cfg.compute_s, 0.0, step - cfg.compute_s, sent,
                       family(cfg.technique))
 
 
