@@ -68,3 +68,13 @@ def test_bad_config_names_argument():
         Config(SHAPES, "fp32", c, float("inf"))
     with pytest.raises(ValueError, match="shapes"):
         Config((), "fp32", c, 0.01)
+
+
+def test_exchange_time_is_paid_once_per_exchange():
+    c = Cluster(4, 1e9, 1e-5)
+    base = predict(Config(SHAPES, "fp32", c, 0.01)).step_s
+    assert predict(Config(SHAPES, "fp32", c, 0.01, exchange_s=0.002)).step_s == pytest.approx(base + 0.002)
+    local = predict(Config(SHAPES, "local-sgd", c, 0.01)).step_s
+    got = predict(Config(SHAPES, "local-sgd", c, 0.01, exchange_s=0.002)).step_s
+    assert got == pytest.approx(local + 0.002 / 8)   # one exchange every period of 8 steps
+

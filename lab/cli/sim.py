@@ -3,6 +3,7 @@
     python -m lab sim --model resnet50 --technique powersgd --workers 64 --network 10Gbps
     python -m lab sim --validate          # score the stored held-out runs (seconds)
     python -m lab sim --remeasure         # run them again on kernel links (minutes; root)
+    python -m lab sim --validate --fresh  # model 2 on its own fresh draw (seed 53)
 
 Every prediction carries the error band of its technique's family on the stored held-out runs.
 """
@@ -35,6 +36,9 @@ def parser():
     ap.add_argument("--remeasure", action="store_true",
                     help="re-run the drawn configurations on kernel links, then score them")
     ap.add_argument("--draw", action="store_true", help="write the seeded draw (never run)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="with --draw/--remeasure/--validate: the second model's fresh draw "
+                         "(seed 53), calibrated with the exchange's off-wire time")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return ap
 
@@ -44,17 +48,22 @@ def main(argv=None) -> int:
     from ..sim import validate
     ap = parser()
     a = ap.parse_args(argv)
+    drawn, out = ((validate.FRESH_DRAWN, validate.FRESH) if a.fresh
+                  else (validate.DRAWN, validate.MEASURED))
     if a.draw:
-        validate.DRAWN.parent.mkdir(parents=True, exist_ok=True)
-        body = {"_meta": validate.provenance("python -m lab sim --draw"), "seed": 52,
-                "configs": validate.draw()}
-        validate.DRAWN.write_text(json.dumps(body, indent=1))
-        print(f"wrote {len(body['configs'])} configurations to {validate.DRAWN}")
+        drawn.parent.mkdir(parents=True, exist_ok=True)
+        seed = validate.SEEDS[drawn]
+        body = {"_meta": validate.provenance("python -m lab sim --draw" + " --fresh" * a.fresh),
+                "seed": seed, "configs": validate.draw(seed=seed)}
+        drawn.write_text(json.dumps(body, indent=1))
+        print(f"wrote {len(body['configs'])} configurations to {drawn}")
         return 0
     if a.remeasure:
-        validate.campaign(progress=lambda s: print(s, flush=True))
+        validate.campaign(drawn, out, progress=lambda s: print(s, flush=True),
+                          spec=validate.MODEL_2 if a.fresh else None,
+                          also=validate.DRAWN if a.fresh else None)
     if a.validate or a.remeasure:
-        res = validate.stored()
+        res = validate.stored(out)
         if a.json:
             print(json.dumps({k: v for k, v in res.items()}, indent=1, default=str))
             return 0

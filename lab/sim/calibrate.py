@@ -15,9 +15,10 @@ import statistics
 
 
 def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) -> dict:
-    """``{"compute_s", "floor_per_round_s", "params", "shapes"}`` of ``model`` on ``world``
-    local ranks of ``per_rank`` samples each, fp32 allreduce, no link: medians over the steps
-    after the first."""
+    """``{"compute_s", "floor_per_round_s", "exchange_s", "shapes"}`` of ``model`` on
+    ``world`` local ranks of ``per_rank`` samples each, fp32 allreduce, no link: medians over
+    the steps after the first. ``exchange_s`` is the exchange's time off the wire (what the
+    History books as fp32's codec time: flattening, copying back, bookkeeping)."""
     from ..advise.machine import rounds
     from ..advise.methods import base_config
     from ..train import train
@@ -27,7 +28,7 @@ def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) 
     calls = max(1, sum(c for c, _ in h.series["traffic"][-1].values()))
     per_round = statistics.median(h.comm_s[tail]) / (calls * rounds("allreduce", world))
     return {"compute_s": statistics.median(h.compute_s[tail]), "floor_per_round_s": per_round,
-            "shapes": shapes(model)}
+            "exchange_s": statistics.median(h.codec_s[tail]), "shapes": shapes(model)}
 
 
 def shapes(model: str) -> list:

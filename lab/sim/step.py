@@ -37,7 +37,9 @@ class Config:
     advisor's profiles hold it) in place of the technique's formula; for the parameter server,
     what its link carries for ``traffic_workers`` workers. ``floor_s``: the whole step's
     loopback communication (measured) in place of the per-round floor. ``algorithm``: the
-    allreduce's, 'ring' or 'tree'."""
+    allreduce's, 'ring' or 'tree'. ``exchange_s``: an exchange's own time off the wire
+    (flattening the gradients into one buffer and back, the ledger's bookkeeping), measured in
+    the same loopback run as the floor, paid once per exchange."""
 
     shapes: tuple
     technique: str
@@ -52,6 +54,7 @@ class Config:
     traffic_workers: int = 1
     floor_s: float | None = None
     algorithm: str = "ring"
+    exchange_s: float = 0.0
 
     def __post_init__(self):
         technique(self.technique)
@@ -108,7 +111,7 @@ def predict(cfg: Config) -> Prediction:
     sent = sum(calls * b for _, calls, b in plan)
     if t.get("op") == "ps":
         return _ps(cfg, n, share)
-    codec = cfg.codec_s_per_value * n * share
+    codec = cfg.codec_s_per_value * n * share + cfg.exchange_s / t.get("period", 1)
     comm = 0.0
     for op, calls, b in plan:
         link = collectives.op_seconds(op, b, c, cfg.algorithm)

@@ -19,6 +19,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2] / "book" / "12_at_scale"
 DRAWN, MEASURED = ROOT / "validation_drawn.json", ROOT / "validation.json"
+#: the second model's test: a fresh draw (seed 53), stored before any of it ran
+FRESH_DRAWN, FRESH = ROOT / "validation_fresh_drawn.json", ROOT / "validation_fresh.json"
+SEEDS = {DRAWN: 52, FRESH_DRAWN: 53}
+#: model 2: a synchronous step also pays the exchange's time off the wire (``exchange_s``: what
+#: the History books as fp32's codec time), measured in the same loopback run as the floor;
+#: model 1 left it out
+MODEL_2 = {"model": 2}
 FAMILIES = {"dense": ["fp32", "bf16"], "quantization": ["qsgd"], "sparsification": ["topk+ef"],
             "low rank": ["powersgd"], "local SGD": ["local-sgd"], "schedule": ["fifo", "p3"],
             "parameter server": ["async-ps"]}
@@ -83,7 +90,8 @@ def predict_one(c: dict, calib: dict) -> float:
     cfg = Config(tuple(tuple(s) for s in prof["shapes"]), c["technique"],
                  Cluster.flat(c["world"], c["link"], kernel=True), prof["compute_s"],
                  codec[0], prof["floor_per_round_s"], cores=calib.get("cores", 2),
-                 server_s_per_value=codec[1])
+                 server_s_per_value=codec[1],
+                 exchange_s=prof.get("exchange_s", 0.0) if calib.get("model") == 2 else 0.0)
     return predict(cfg).step_s
 
 
@@ -101,11 +109,13 @@ def score(rows: list[dict], calib: dict) -> dict:
                                        "worst": max(every)}, "rows": rows}
 
 
-def calibrate_for(rows: list[dict], progress=print) -> dict:
+def calibrate_for(rows: list[dict], progress=print, spec: dict | None = None) -> dict:
     """The calibration every drawn configuration needs: a compute profile per (model, world),
-    codec seconds per value per (technique, model, world); no run on a shaped link."""
+    codec seconds per value per (technique, model, world); no run on a shaped link. ``spec``:
+    which simulator model the calibration is for (:data:`MODEL_2`; None: model 1, whose
+    predictions ignore ``exchange_s``)."""
     from . import calibrate
-    calib = {"profiles": {}, "codecs": {}, "cores": __import__("os").cpu_count()}
+    calib = {"profiles": {}, "codecs": {}, "cores": __import__("os").cpu_count(), **(spec or {})}
     for model, world in sorted({(r["model"], r["world"]) for r in rows}):
         progress(f"compute profile {model} at {world} ranks")
         calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world,
@@ -127,13 +137,17 @@ def provenance(command: str) -> dict:
             "date": datetime.date.today().isoformat(), "load": load}
 
 
-def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print) -> dict:
-    """Calibrate, then measure every drawn configuration; written to ``out`` as it goes."""
+def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print, spec: dict | None = None,
+             also: Path | None = None) -> dict:
+    """Calibrate (for simulator model ``spec``; the configurations of draw ``also`` too, so
+    that it can be scored with the same calibration), then measure every drawn configuration;
+    written to ``out`` as it goes."""
     import json
     rows = json.loads(Path(drawn).read_text())["configs"]
-    calib = calibrate_for(rows, progress)
-    data = {"_meta": provenance("python -m lab sim --remeasure"), "calibration": calib,
-            "rows": []}
+    extra = json.loads(Path(also).read_text())["configs"] if also else []
+    calib = calibrate_for(rows + extra, progress, spec)
+    command = "python -m lab sim --remeasure" + (" --fresh" if spec else "")
+    data = {"_meta": provenance(command), "calibration": calib, "rows": []}
     for c in rows:
         progress(f"measuring {c['id']}: {c['technique']} {c['model']} {c['world']} ranks {c['link']}")
         try:
@@ -144,12 +158,16 @@ def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print) -> dict:
     return data
 
 
-def stored(path: Path = MEASURED) -> dict:
-    """The stored measurements scored: ``score`` of the rows that ran, with their provenance."""
+def stored(path: Path = MEASURED, calibration: Path | None = None) -> dict:
+    """The stored measurements scored: ``score`` of the rows that ran, with their provenance;
+    ``calibration``: a stored campaign whose calibration (and simulator model) to score them
+    with instead of their own."""
     import json
     data = json.loads(Path(path).read_text())
+    calib = json.loads(Path(calibration).read_text())["calibration"] if calibration else \
+        data["calibration"]
     ran = [dict(r) for r in data["rows"] if "measured_s" in r]
-    out = score(ran, data["calibration"])
+    out = score(ran, calib)
     out["failed"] = [r for r in data["rows"] if "failed" in r]
     out["_meta"] = data["_meta"]
     return out
