@@ -3,7 +3,7 @@
 For a method, a link and a world size ``p``:
 
 - **one step** is :func:`lab.sim.predict`'s, the book's one step-time model, on the profile
-  (:func:`sim_config`): compute + codec (both measured on this machine,
+  (:func:`~lab.advise.estimate.sim_config`): compute + codec (both measured on this machine,
   :mod:`lab.advise.profile`) + communication, the ledger's per-step traffic priced by the
   alpha-beta model of the link (the formulas ``Network.time`` uses, the model the emulated
   link sleeps by), never less than the same collectives measured on loopback (the floor the
@@ -132,7 +132,7 @@ def sim_config(profile: StepProfile, p: int, link: Network | None) -> Config:
 
 def step_seconds(profile: StepProfile, p: int, link: Network) -> tuple[float, float]:
     """(step seconds, exposed communication seconds) of one step: :func:`lab.sim.predict` on
-    :func:`sim_config`. The emulated link lets each collective run for real and then sleeps
+    :func:`~lab.advise.estimate.sim_config`. The emulated link lets each collective run for real and then sleeps
     until its modeled time, so a step's communication is never less than what the same
     collectives took on loopback (``profile.comm_s``, which also holds the waits for ranks
     sharing the cores): the larger of the two is priced."""

@@ -7,6 +7,8 @@
   ``ranks / cores`` (the advisor's machine share, :mod:`lab.advise.machine`);
 - codec: seconds per model value of one rank's whole exchange on ``p`` ranks (an allgather's
   ``p`` payloads decoded included, as :func:`lab.advise.codec_speed.per_value` measures it);
+  plus, in the second model, the exchange's own time off the wire (``exchange_s``: flattening
+  into one buffer and back, the ledger), measured in the calibration's loopback run;
 - communication: the technique's traffic (:func:`lab.sim.codec.traffic`) priced per collective
   on the cluster (:mod:`lab.sim.collectives`), never below ``floor_s`` (what the same rounds
   cost on this machine's loopback, ranks sharing cores), exposed as the schedule says

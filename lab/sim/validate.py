@@ -5,6 +5,8 @@
 real training (``lab.train`` on ``link="kernel"``: one network namespace per rank, its NIC
 shaped by tbf); :func:`score` sets each measured step beside the prediction made from the
 calibration alone (``lab.sim.calibrate``) and reports the relative error per family.
+Two campaigns are stored: seed 52 scored by model 1, and a fresh seed-53 draw by model 2 (which
+was chosen on the seed-52 runs, so it is tested only on the fresh draw).
 The measured step is the mean over the steps after the first of a rank's compute, codec and
 communication time (synchronous exchanges), or the run's wall time per step (an overlapping
 schedule or the parameter server, whose communication hides in other steps).
