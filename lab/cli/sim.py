@@ -4,6 +4,7 @@
     python -m lab sim --validate          # score the stored held-out runs (seconds)
     python -m lab sim --remeasure         # run them again on kernel links (minutes; root)
     python -m lab sim --validate --fresh  # model 2 on its own fresh draw (seed 53)
+    python -m lab sim --validate --third  # model 3 on a third draw (seed 54)
 
 Every prediction carries the error band of its technique's family on the stored held-out runs.
 """
@@ -39,6 +40,9 @@ def parser():
     ap.add_argument("--fresh", action="store_true",
                     help="with --draw/--remeasure/--validate: the second model's fresh draw "
                          "(seed 53), calibrated with the exchange's off-wire time")
+    ap.add_argument("--third", action="store_true",
+                    help="with --draw/--remeasure/--validate: the third model's draw (seed 54): "
+                         "a full-duplex server, a repeated calibration, 30-step runs")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return ap
 
@@ -48,20 +52,24 @@ def main(argv=None) -> int:
     from ..sim import validate
     ap = parser()
     a = ap.parse_args(argv)
-    drawn, out = ((validate.FRESH_DRAWN, validate.FRESH) if a.fresh
-                  else (validate.DRAWN, validate.MEASURED))
+    if a.fresh and a.third:
+        ap.error("--fresh and --third name different draws: give one")
+    flag = " --fresh" * a.fresh + " --third" * a.third
+    drawn, out, spec, also = ((validate.FRESH_DRAWN, validate.FRESH, validate.MODEL_2,
+                               validate.DRAWN) if a.fresh else
+                              (validate.THIRD_DRAWN, validate.THIRD, validate.MODEL_3, None)
+                              if a.third else (validate.DRAWN, validate.MEASURED, None, None))
     if a.draw:
         drawn.parent.mkdir(parents=True, exist_ok=True)
         seed = validate.SEEDS[drawn]
-        body = {"_meta": validate.provenance("python -m lab sim --draw" + " --fresh" * a.fresh),
+        body = {"_meta": validate.provenance("python -m lab sim --draw" + flag),
                 "seed": seed, "configs": validate.draw(seed=seed)}
         drawn.write_text(json.dumps(body, indent=1))
         print(f"wrote {len(body['configs'])} configurations to {drawn}")
         return 0
     if a.remeasure:
-        validate.campaign(drawn, out, progress=lambda s: print(s, flush=True),
-                          spec=validate.MODEL_2 if a.fresh else None,
-                          also=validate.DRAWN if a.fresh else None)
+        validate.campaign(drawn, out, progress=lambda s: print(s, flush=True), spec=spec,
+                          also=also, command="python -m lab sim --remeasure" + flag)
     if a.validate or a.remeasure:
         res = validate.stored(out)
         if a.json:

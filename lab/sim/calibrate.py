@@ -7,7 +7,8 @@
   forward + backward per rank is the compute, and whose loopback collective time per round is
   the floor a step's communication never goes below on this machine (ranks sharing its cores:
   the advisor's machine share, :mod:`lab.advise.machine`). No training run on a shaped link
-  enters the calibration.
+  enters the calibration. The third model's calibration repeats each profile in rounds that
+  bracket the measurements (:func:`combine`: the median of each quantity, with its spread).
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import statistics
 def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) -> dict:
     """``{"compute_s", "floor_per_round_s", "exchange_s", "shapes"}`` of ``model`` on
     ``world`` local ranks of ``per_rank`` samples each, fp32 allreduce, no link: medians over
-    the steps after the first. ``exchange_s`` is the exchange's time off the wire (what the
+    the steps after the first; the same with ``_mean_s`` in place of ``_s``: their means (a
+    measured step is a mean, and ranks sharing cores make a few steps slow, so the third
+    model prices means). ``exchange_s`` is the exchange's time off the wire (what the
     History books as fp32's codec time: flattening, copying back, bookkeeping)."""
     from ..advise.machine import rounds
     from ..advise.methods import base_config
@@ -26,9 +29,29 @@ def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) 
     h = train(cfg, world)
     tail = slice(1, None)
     calls = max(1, sum(c for c, _ in h.series["traffic"][-1].values()))
-    per_round = statistics.median(h.comm_s[tail]) / (calls * rounds("allreduce", world))
-    return {"compute_s": statistics.median(h.compute_s[tail]), "floor_per_round_s": per_round,
-            "exchange_s": statistics.median(h.codec_s[tail]), "shapes": shapes(model)}
+    per_round = calls * rounds("allreduce", world)
+    out = {"shapes": shapes(model)}
+    for stat, suffix in ((statistics.median, "_s"), (statistics.mean, "_mean_s")):
+        out["compute" + suffix] = stat(h.compute_s[tail])
+        out["floor_per_round" + suffix] = stat(h.comm_s[tail]) / per_round
+        out["exchange" + suffix] = stat(h.codec_s[tail])
+    return out
+
+
+QUANTITIES = ("compute_s", "floor_per_round_s", "exchange_s",
+              "compute_mean_s", "floor_per_round_mean_s", "exchange_mean_s")
+
+
+def combine(runs: list[dict]) -> dict:
+    """One profile from repeated ones: each quantity's median over ``runs``, and ``spread``:
+    each quantity's largest over its smallest value (1.0 for one run)."""
+    if not runs:
+        raise ValueError("runs must hold at least one profile, got none")
+    out = {q: statistics.median(r[q] for r in runs) for q in QUANTITIES}
+    out["spread"] = {q: max(r[q] for r in runs) / max(min(r[q] for r in runs), 1e-12)
+                     for q in QUANTITIES}
+    out["runs"] = [{q: r[q] for q in QUANTITIES} for r in runs]
+    return {**out, "shapes": runs[0]["shapes"]}
 
 
 def shapes(model: str) -> list:

@@ -13,7 +13,10 @@
   on the cluster (:mod:`lab.sim.collectives`), never below ``floor_s`` (what the same rounds
   cost on this machine's loopback, ranks sharing cores), exposed as the schedule says
   (:mod:`lab.sim.overlap`); the asynchronous parameter server: the server's link carries the
-  ``p - 1`` workers' pushes and pulls in series (Li et al., OSDI 2014; Dean et al., NeurIPS 2012).
+  ``p - 1`` workers' pushes and pulls in series (Li et al., OSDI 2014; Dean et al., NeurIPS 2012);
+  in the third model the server's NIC is full duplex: pushes come in while pulls go out, so
+  ``p - 1`` workers cost the server ``p - 1`` one-way transfers and its updates, and one
+  worker's own cycle (compute, push, update, pull) bounds the step from below.
 
 The band is the validation's: the geomean and worst relative error of the technique's family on
 held-out runs (:mod:`lab.sim.validate`), stated beside each prediction.
@@ -41,7 +44,8 @@ class Config:
     loopback communication (measured) in place of the per-round floor. ``algorithm``: the
     allreduce's, 'ring' or 'tree'. ``exchange_s``: an exchange's own time off the wire
     (flattening the gradients into one buffer and back, the ledger's bookkeeping), measured in
-    the same loopback run as the floor, paid once per exchange."""
+    the same loopback run as the floor, paid once per exchange. ``server_duplex``: the
+    parameter server's NIC carries pushes in and pulls out at once (model 3)."""
 
     shapes: tuple
     technique: str
@@ -57,6 +61,7 @@ class Config:
     floor_s: float | None = None
     algorithm: str = "ring"
     exchange_s: float = 0.0
+    server_duplex: bool = False
 
     def __post_init__(self):
         technique(self.technique)
@@ -143,10 +148,13 @@ def _ps(cfg: Config, n: int, share: float) -> Prediction:
         one, sent = one / cfg.traffic_workers, sum(k * b for _, k, b in cfg.traffic)
     else:
         one, sent = 2 * (c.alpha + 4.0 * n * c.beta("broadcast")) / cfg.servers, 8.0 * n
-    server = workers * (one + cfg.server_s_per_value * n * share)
+    update = cfg.server_s_per_value * n * share
+    # full duplex: a push and a pull cross the server's NIC in opposite directions at once
+    server = workers * ((one / 2 if cfg.server_duplex else one) + update)
     if cfg.floor_s is None:
         server = max(server, workers * 2 * cfg.floor_per_round_s)
-    step = max(server, cfg.compute_s + server / workers, cfg.floor_s or 0.0)
+    cycle = cfg.compute_s + (one + update if cfg.server_duplex else server / workers)
+    step = max(server, cycle, cfg.floor_s or 0.0)
     return Prediction(step, cfg.compute_s, 0.0, step - cfg.compute_s, sent,
                       family(cfg.technique))
 

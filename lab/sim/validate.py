@@ -5,8 +5,9 @@
 real training (``lab.train`` on ``link="kernel"``: one network namespace per rank, its NIC
 shaped by tbf); :func:`score` sets each measured step beside the prediction made from the
 calibration alone (``lab.sim.calibrate``) and reports the relative error per family.
-Two campaigns are stored: seed 52 scored by model 1, and a fresh seed-53 draw by model 2 (which
-was chosen on the seed-52 runs, so it is tested only on the fresh draw).
+Three campaigns are stored: seed 52 scored by model 1; a fresh seed-53 draw by model 2 (chosen
+on the seed-52 runs, so tested only on the fresh draw); and a third fresh draw (seed 54) by
+model 3 (chosen on both earlier campaigns), with a repeated calibration and longer runs.
 The measured step is the mean over the steps after the first of a rank's compute, codec and
 communication time (synchronous exchanges), or the run's wall time per step (an overlapping
 schedule or the parameter server, whose communication hides in other steps).
@@ -23,11 +24,18 @@ ROOT = Path(__file__).resolve().parents[2] / "book" / "12_at_scale"
 DRAWN, MEASURED = ROOT / "validation_drawn.json", ROOT / "validation.json"
 #: the second model's test: a fresh draw (seed 53), stored before any of it ran
 FRESH_DRAWN, FRESH = ROOT / "validation_fresh_drawn.json", ROOT / "validation_fresh.json"
-SEEDS = {DRAWN: 52, FRESH_DRAWN: 53}
+#: the third model's test: a third draw (seed 54), stored before any of it ran
+THIRD_DRAWN, THIRD = ROOT / "validation_third_drawn.json", ROOT / "validation_third.json"
+SEEDS = {DRAWN: 52, FRESH_DRAWN: 53, THIRD_DRAWN: 54}
 #: model 2: a synchronous step also pays the exchange's time off the wire (``exchange_s``: what
 #: the History books as fp32's codec time), measured in the same loopback run as the floor;
 #: model 1 left it out
 MODEL_2 = {"model": 2}
+#: model 3: model 2 with a full-duplex parameter server (pushes in while pulls go out), priced
+#: with the profile's means over steps (the measured step is a mean) rather than medians; its
+#: calibration each profile repeated in 6 rounds of 30-step runs, 3 before the measurements and
+#: 3 after (the median over rounds, spread reported), its measured runs 30 steps long
+MODEL_3 = {"model": 3, "repeats": 6, "steps": 30}
 FAMILIES = {"dense": ["fp32", "bf16"], "quantization": ["qsgd"], "sparsification": ["topk+ef"],
             "low rank": ["powersgd"], "local SGD": ["local-sgd"], "schedule": ["fifo", "p3"],
             "parameter server": ["async-ps"]}
@@ -63,15 +71,17 @@ def draw(n: int = 36, seed: int = 52) -> list[dict]:
     return out
 
 
-def steps_for(technique: str) -> int:
-    return 17 if technique == "local-sgd" else 12
+def steps_for(technique: str, steps: int = 12) -> int:
+    """``steps``, or for local SGD the first step and whole periods of 8 covering the rest."""
+    return 1 + 8 * math.ceil((steps - 1) / 8) if technique == "local-sgd" else steps
 
 
-def measure_one(c: dict) -> dict:
-    """One drawn configuration trained for real on a kernel link: the measured step (s)."""
+def measure_one(c: dict, steps: int = 12) -> dict:
+    """One drawn configuration trained for real on a kernel link: the measured step (s), and
+    (to explain a miss, never to predict) the run's own compute per step."""
     from ..advise.methods import base_config
     from ..train import train
-    cfg = base_config(c["model"], steps=steps_for(c["technique"])).with_(
+    cfg = base_config(c["model"], steps=steps_for(c["technique"], steps)).with_(
         network=c["link"], link="kernel", batch_size=PER_RANK * c["world"], **overrides(c["technique"]))
     h = train(cfg, c["world"])
     if c["technique"] in WALL:
@@ -80,7 +90,9 @@ def measure_one(c: dict) -> dict:
         step = statistics.mean(a + b + d for a, b, d in
                                zip(h.compute_s[1:], h.codec_s[1:], h.comm_s[1:]))
     return {**c, "measured_s": step, "wall_s": h.wall_s, "steps": h.steps, "link_kind": h.link,
-            "bytes_per_step": statistics.mean(h.bytes[1:])}
+            "bytes_per_step": statistics.mean(h.bytes[1:]),
+            **{f"run_{k}_s": statistics.mean(getattr(h, f"{k}_s")[1:])
+               for k in ("compute", "codec", "comm")}}
 
 
 def predict_one(c: dict, calib: dict) -> float:
@@ -89,11 +101,14 @@ def predict_one(c: dict, calib: dict) -> float:
     from .step import Config, predict
     prof = calib["profiles"][f"{c['model']}:{c['world']}"]
     codec = calib["codecs"].get(f"{c['technique']}:{c['model']}:{c['world']}", [0.0, 0.0])
+    model = calib.get("model", 1)
+    at = "_mean_s" if model >= 3 else "_s"   # model 3 prices the profile's means
     cfg = Config(tuple(tuple(s) for s in prof["shapes"]), c["technique"],
-                 Cluster.flat(c["world"], c["link"], kernel=True), prof["compute_s"],
-                 codec[0], prof["floor_per_round_s"], cores=calib.get("cores", 2),
+                 Cluster.flat(c["world"], c["link"], kernel=True), prof["compute" + at],
+                 codec[0], prof["floor_per_round" + at], cores=calib.get("cores", 2),
                  server_s_per_value=codec[1],
-                 exchange_s=prof.get("exchange_s", 0.0) if calib.get("model") == 2 else 0.0)
+                 exchange_s=prof.get("exchange" + at, 0.0) if model >= 2 else 0.0,
+                 server_duplex=model >= 3)
     return predict(cfg).step_s
 
 
@@ -111,17 +126,32 @@ def score(rows: list[dict], calib: dict) -> dict:
                                        "worst": max(every)}, "rows": rows}
 
 
-def calibrate_for(rows: list[dict], progress=print, spec: dict | None = None) -> dict:
-    """The calibration every drawn configuration needs: a compute profile per (model, world),
-    codec seconds per value per (technique, model, world); no run on a shaped link. ``spec``:
-    which simulator model the calibration is for (:data:`MODEL_2`; None: model 1, whose
-    predictions ignore ``exchange_s``)."""
+def profile_round(rows: list[dict], runs: dict, steps: int = 12, progress=print) -> None:
+    """One compute profile per (model, world) that ``rows`` need, appended to ``runs[key]``."""
     from . import calibrate
-    calib = {"profiles": {}, "codecs": {}, "cores": __import__("os").cpu_count(), **(spec or {})}
     for model, world in sorted({(r["model"], r["world"]) for r in rows}):
         progress(f"compute profile {model} at {world} ranks")
-        calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world,
-                                                                          per_rank=PER_RANK)
+        runs.setdefault(f"{model}:{world}", []).append(
+            calibrate.compute_profile(model, world, steps=steps, per_rank=PER_RANK))
+
+
+def calibrate_for(rows: list[dict], progress=print, spec: dict | None = None,
+                  runs: dict | None = None) -> dict:
+    """The calibration every drawn configuration needs: a compute profile per (model, world),
+    codec seconds per value per (technique, model, world); no run on a shaped link. ``spec``:
+    which simulator model the calibration is for (:data:`MODEL_2`, :data:`MODEL_3`; None:
+    model 1, whose predictions ignore ``exchange_s``). ``runs``: profiles already measured
+    per key, combined by their medians (:func:`lab.sim.calibrate.combine`); otherwise one
+    run each."""
+    from . import calibrate
+    calib = {"profiles": {}, "codecs": {}, "cores": __import__("os").cpu_count(), **(spec or {})}
+    if runs:
+        calib["profiles"] = {k: calibrate.combine(v) for k, v in sorted(runs.items())}
+    else:
+        for model, world in sorted({(r["model"], r["world"]) for r in rows}):
+            progress(f"compute profile {model} at {world} ranks")
+            calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world,
+                                                                              per_rank=PER_RANK)
     for t, model, world in sorted({(r["technique"], r["model"], r["world"]) for r in rows}):
         calib["codecs"][f"{t}:{model}:{world}"] = list(calibrate.codec_per_value(t, model, world))
     return calib
@@ -140,22 +170,33 @@ def provenance(command: str) -> dict:
 
 
 def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print, spec: dict | None = None,
-             also: Path | None = None) -> dict:
+             also: Path | None = None, command: str = "python -m lab sim --remeasure") -> dict:
     """Calibrate (for simulator model ``spec``; the configurations of draw ``also`` too, so
     that it can be scored with the same calibration), then measure every drawn configuration;
-    written to ``out`` as it goes."""
+    written to ``out`` as it goes. With ``spec["repeats"]``, the profiles are measured in that
+    many rounds, half before the measurements and the rest after."""
     import json
+    spec = spec or {}
     rows = json.loads(Path(drawn).read_text())["configs"]
     extra = json.loads(Path(also).read_text())["configs"] if also else []
-    calib = calibrate_for(rows + extra, progress, spec)
-    command = "python -m lab sim --remeasure" + (" --fresh" if spec else "")
+    repeats, steps = spec.get("repeats", 1), spec.get("steps", 12)
+    runs: dict = {}
+    for _ in range((repeats + 1) // 2 if repeats > 1 else 0):
+        profile_round(rows + extra, runs, steps, progress)
+    calib = calibrate_for(rows + extra, progress, spec or None, runs or None)
     data = {"_meta": provenance(command), "calibration": calib, "rows": []}
     for c in rows:
         progress(f"measuring {c['id']}: {c['technique']} {c['model']} {c['world']} ranks {c['link']}")
         try:
-            data["rows"].append(measure_one(c))
+            data["rows"].append(measure_one(c, steps))
         except Exception as err:   # a failed run is stored as such, never dropped silently
             data["rows"].append({**c, "failed": f"{type(err).__name__}: {err}"[:300]})
+        Path(out).write_text(json.dumps(data, indent=1))
+    if repeats > 1:   # the rounds after the measurements: the medians bracket them
+        from .calibrate import combine
+        for _ in range(repeats - (repeats + 1) // 2):
+            profile_round(rows + extra, runs, steps, progress)
+        calib["profiles"] = {k: combine(v) for k, v in sorted(runs.items())}
         Path(out).write_text(json.dumps(data, indent=1))
     return data
 
