@@ -21,7 +21,9 @@ from .formatting import EXIT_STATUS, interrupted, with_defaults
 
 HELP = "benchmarks: python -m lab bench --help"
 BUILTIN = ("launch", "collectives", "codecs", "topk")
-_HELPERS = {"table", "made", "turns", "__main__"}
+# modules of lab/bench that are parts of a benchmark, not benchmarks of their own
+_HELPERS = {"table", "made", "turns", "__main__", "grid_runs", "grid_score", "grid_store",
+            "p3_config", "p3_engine", "p3_schedules"}
 
 
 def plugins() -> list[str]:

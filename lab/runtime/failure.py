@@ -117,7 +117,10 @@ _C10D = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_objec
          "send", "recv", "isend", "irecv", "gather", "scatter", "reduce", "wait",
          "broadcast_object_list", "batch_isend_irecv", "monitored_barrier"}
 _FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
-_INTERNAL = ("/torch/", "/lab/comm/collective.py", "/lab/runtime/", "/threading.py",
+#: the files of lab.comm.Collective, whose public methods are lab's names of the collectives
+_LAB_OPS = ("lab/comm/collective.py", "lab/comm/channel.py", "lab/comm/gathers.py",
+            "lab/comm/p2p.py")
+_INTERNAL = ("/torch/", *(f"/{f}" for f in _LAB_OPS), "/lab/runtime/", "/threading.py",
              "/multiprocessing/", "/concurrent/futures/", "<frozen ", "<string>")
 
 
@@ -166,10 +169,10 @@ def where(text: str) -> Where | None:
         return None
     for frames in threads:
         for i, (f, _, fn) in enumerate(frames):
-            lab_op = f.endswith("lab/comm/collective.py") and not fn.startswith(("_", "<"))
+            lab_op = f.endswith(_LAB_OPS) and not fn.startswith(("_", "<"))
             if lab_op or (f.endswith("distributed_c10d.py") and fn in _C10D):
                 if not lab_op:   # lab's name of it, if it came through lab.comm
-                    fn = next((g for h, _, g in frames[i:] if h.endswith("lab/comm/collective.py")
+                    fn = next((g for h, _, g in frames[i:] if h.endswith(_LAB_OPS)
                                and not g.startswith(("_", "<"))), fn)
                 return Where(fn, _site(frames[i:]))
     main = next((t for t in threads if any(fn == "_rank_main" for _, _, fn in t)), threads[0])

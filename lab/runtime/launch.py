@@ -1,7 +1,6 @@
 """``launch(fn, world_size)``: run ``fn(ctx, *args)`` in N real processes, results back.
 
-Ranks are forked from a clean forkserver that imported torch once (a plain ``fork`` of a
-kernel that ran torch can deadlock; ``spawn`` pays seconds per rank to import torch again) and
+Ranks are forked from a clean forkserver that imported torch once (:mod:`lab.runtime.rank`) and
 join a ``torch.distributed`` group through a TCPStore that the caller hosts on a port the OS
 picks, so back-to-back launches never race for a port. ``fn`` and its arguments travel
 by value with cloudpickle, so functions defined in a notebook work. Results come back pickled
@@ -10,80 +9,43 @@ queue while it waits, so big results cannot deadlock.
 
 If any rank raises, dies (even by SIGKILL) or the launch makes no progress for ``timeout``
 seconds (``float("inf")``: never), every rank is ended and one :class:`LaunchError` names the
-rank and carries its traceback. Progress is a report from rank 0 (:meth:`RankContext.progress`,
-once per training step), so a long run that keeps stepping is never mistaken for a hang; a
-function that reports nothing must finish within ``timeout``. A timeout names the rank that
-stopped: each rank still running is asked for its Python stack (``faulthandler`` on SIGUSR1,
-answered even from inside a C++ collective), and a rank that is not waiting in a collective is
-the one its peers wait for. A rank that gloo aborts because the ranks' calls do not match
-(different sizes or dtypes) is reported with the collective, its call site and gloo's reason;
-a rank that fails because a peer had already returned is told apart as a skipped collective.
+rank and carries its traceback (:mod:`lab.runtime.report`: which rank, and why). Progress is a
+report from rank 0 (:meth:`RankContext.progress`, once per training step), so a long run that
+keeps stepping is never mistaken for a hang; a function that reports nothing must finish
+within ``timeout``. Nothing is left behind (:mod:`lab.runtime.lifetime`).
 
-Nothing is left behind. Each rank leads a process group of its own, so that what it starts (a
-DataLoader's workers, a launch of its own: ranks are not daemonic, so they may have children)
-is ended with it when the launch ends, whichever way. Each rank also watches the caller (a
-pidfd on Linux, else a poll) and kills its whole group the moment the caller is gone, killed
-by SIGKILL or SIGTERM as a notebook kernel's restart does: ranks forked from the forkserver
-are not the caller's children, so a parent-death signal would not reach them, and the
-forkserver itself takes one (:mod:`lab.runtime.server`). Ctrl-C in a terminal reaches only
-the caller, whose ``KeyboardInterrupt`` ends the ranks.
-
-Peers that lost their connection to a failed rank are echoes, not the cause (see
-:mod:`lab.runtime.failure`). Gloo on a loaded machine now and then fails to connect its full
-mesh of ranks although no rank failed (a known flake of gloo's TCP transport): when every rank
-reports that while forming the group, before ``fn`` ran anywhere, the launch starts again once,
-with new processes and a new store, and says so on stderr. Each rank's stderr goes to a file the
-caller reads and forwards to its own stderr as it comes, so the last lines of a rank killed by a
-signal appear in the error.
+Gloo on a loaded machine now and then fails to connect its full mesh of ranks although no rank
+failed (a known flake of gloo's TCP transport): when every rank reports that while forming the
+group, before ``fn`` ran anywhere, the launch starts again once, with new processes and a new
+store, and says so on stderr. Each rank's stderr goes to a file the caller reads and forwards
+to its own stderr as it comes, so the last lines of a rank killed by a signal appear in the
+error.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue as queue_mod
-import select
 import shutil
-import signal
 import sys
-import _thread
 import tempfile
 import time
-import traceback
 from typing import Any, Callable
 
 import cloudpickle
-import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from ..comm import Collective, Network
-from . import server as _server
-from .allocator import keep_freed_memory
-from .context import RankContext, pick_backend, rank_device, timeout_delta as _td
-from .failure import (STACK_SIGNAL, StderrTail, Where, gloo_error, is_echo, not_connected,
-                      signal_name, stacks_to, stderr_to, summary, waited, where)
+from ..comm import Network
+from .context import pick_backend, timeout_delta as _td
+from .failure import StderrTail, not_connected, waited, where
+from .lifetime import _die_with, _die_with_parent, _end_all, _own_group, _signal_group  # noqa: F401
+from .rank import _context, _kernel_cluster, _rank_main
+from .report import (_NOWHERE, LaunchError, _died, _error, _names, _NotConnected,  # noqa: F401
+                     _skipped, _stopped, _where_now)
 
 #: Seconds a launch may run before every rank is ended and a LaunchError raised.
 DEFAULT_TIMEOUT = 60.0
 #: How many times a launch is tried when gloo could not connect its ranks (see the module doc).
 FORM_TRIES = 2
-
-
-class LaunchError(RuntimeError):
-    """A rank failed: ``rank`` says which, ``remote_traceback`` what happened there, and
-    ``stderr`` the last lines it wrote to stderr (shown when it died without a traceback);
-    ``records``: what ranks streamed to the caller before (:meth:`~lab.runtime.RankContext.stream`), as
-    ``(rank, item)`` in arrival order."""
-
-    def __init__(self, rank: int | None, message: str, remote_traceback: str = "",
-                 stderr: str = ""):
-        self.rank, self.remote_traceback, self.stderr = rank, remote_traceback, stderr
-        self.records: list = []
-        if remote_traceback:
-            message += f"\n\n--- traceback from rank {rank} ---\n{remote_traceback}"
-        elif stderr:
-            message += f"\n\n--- last stderr lines of rank {rank} ---\n{stderr}"
-        super().__init__(message)
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto",
@@ -134,25 +96,6 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str = "auto"
             cluster.down()
 
 
-def _kernel_cluster(world_size, network):
-    """The kernel link's cluster, made (or a RuntimeError saying why it cannot be)."""
-    from ..comm.kernel import KernelCluster
-    cluster = KernelCluster(world_size, network).up()
-    if cluster.setup_s > 1.0:
-        print(f"lab.launch: kernel link for {world_size} ranks set up in {cluster.setup_s:.2f} s",
-              file=sys.stderr, flush=True)
-    return cluster
-
-
-class _NotConnected(Exception):
-    """Every rank failed to connect the group: ``error`` is the LaunchError to raise if the
-    last try fails too."""
-
-    def __init__(self, error: LaunchError):
-        super().__init__(str(error))
-        self.error = error
-
-
 def _launch_once(ctx, blob, world_size, backend, kind, timeout, threads, network, progress,
                  cluster=None):
     # on a kernel link rank 0 hosts the store, on its node's NIC, where every rank reaches it
@@ -185,28 +128,6 @@ def _launch_once(ctx, blob, world_size, backend, kind, timeout, threads, network
         results_q.close()
         shutil.rmtree(logdir, ignore_errors=True)
         del store
-
-
-def _context(method: str):
-    """``forkserver`` (default): a clean server process imports torch once, and each rank is
-    forked from it in milliseconds; it never ran a torch kernel, so the fork-after-threads
-    deadlock cannot happen. ``spawn``: a fresh interpreter per rank (seconds each)."""
-    if method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {method!r}")
-    if method == "forkserver" and "forkserver" not in mp.get_all_start_methods():
-        method = "spawn"
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # torch._dynamo is what the first optimizer construction imports (800+ modules, ~1 s
-        # per rank, several seconds when ranks compete for two cores): pay it once here. So is
-        # lab.train (every rank of a training run unpickles into it): 0.45 -> 0.15 s per launch
-        # of a one-step run on 2 ranks. The server imports it once, when a process first
-        # launches: lab code edited after that reaches its ranks only in a new process.
-        # lab.runtime.server first: the server dies with the caller (see that module)
-        os.environ[_server.ENV] = str(os.getpid())
-        ctx.set_forkserver_preload(["lab.runtime.server", "torch", "torch.distributed",
-                                    "torch._dynamo", "cloudpickle", "lab.train"])
-    return ctx
 
 
 def _collect(procs, q, world_size, timeout, progress, stderrs, records, stacks) -> list:
@@ -294,116 +215,6 @@ def _collect(procs, q, world_size, timeout, progress, stderrs, records, stacks) 
     return [results[r] for r in range(world_size)]
 
 
-def _where_now(procs, stacks, ranks, wait: float = 1.0) -> dict:
-    """``{rank: Where}`` of those of ``ranks`` still running, from the Python stack each dumps
-    on :data:`~lab.runtime.failure.STACK_SIGNAL` (it answers even from inside a collective)."""
-    sizes = {}
-    for r in ranks:
-        if procs[r].is_alive():
-            try:
-                sizes[r] = os.path.getsize(stacks[r])
-                os.kill(procs[r].pid, STACK_SIGNAL)
-            except OSError:
-                pass
-    texts: dict = {}
-    end = time.monotonic() + wait
-    while sizes and time.monotonic() < end:
-        time.sleep(0.05)
-        for r in list(sizes):
-            try:
-                with open(stacks[r]) as f:
-                    f.seek(sizes[r])
-                    text = f.read()
-            except OSError:
-                text = ""
-            if text and text == texts.get(r):   # written, and no longer growing
-                del sizes[r]
-            texts[r] = text
-    return {r: w for r, w in ((r, where(t)) for r, t in texts.items()) if w is not None}
-
-
-def _stopped(procs, stacks, pending, results, world_size, what, waiting=()) -> LaunchError:
-    """The error of a run whose ranks stopped progressing: names the rank the others wait
-    for (the one not in a collective), or says that every rank waits in one that cannot
-    complete (mismatched calls, a deadlock), or that a rank returned without making it."""
-    at = _where_now(procs, stacks, pending)
-    for e in waiting:   # ranks whose collective timed out: where their traceback shows
-        w = where(e[1])
-        if w is not None:
-            at[e[-1]] = w
-    stuck = [r for r in pending if r in at and at[r].collective is None]
-    inside = sorted(r for r in at if at[r].collective)
-    lines = "".join(f"\n  rank {r}: {at[r]}" for r in sorted(at))
-    if stuck:
-        r = stuck[0]
-        peers = ", ".join(map(str, inside)) if inside else ""
-        msg = (f"timeout: rank {r} of {world_size} {what}: it is {at[r]}"
-               + (f", and rank(s) {peers} wait for it in {_names(at, inside)}" if peers else "")
-               + "; all ranks were ended")
-        return LaunchError(r, msg + "\n\nwhere each rank was:" + lines)
-    if inside and results:
-        r = inside[0]
-        return LaunchError(r, f"timeout: rank(s) {inside} of {world_size} wait in "
-                              f"{_names(at, inside)}, but rank(s) {sorted(results)} returned "
-                              f"without making that call (a skipped collective); all ranks "
-                              f"were ended\n\nwhere each rank was:" + lines)
-    if inside:
-        r = inside[0]
-        return LaunchError(r, f"timeout: every rank still running {what} inside a collective "
-                              f"that cannot complete ({_names(at, inside)}): the ranks made "
-                              f"different collective calls, or the same ones in a different "
-                              f"order; all ranks were ended\n\nwhere each rank was:" + lines)
-    if waiting and not pending:
-        return _error(min(waiting), world_size)
-    r = pending[0] if pending else 0
-    return LaunchError(r, f"timeout: rank(s) {pending} of {world_size} {what} (a hang, a "
-                          f"deadlock, or a mismatched collective); all ranks were ended" + lines)
-
-
-def _names(at: dict, ranks) -> str:
-    names = sorted({at[r].collective for r in ranks})
-    return " and ".join(names)
-
-
-def _died(procs, stacks, rank, code, tail, results, world_size) -> LaunchError:
-    """A rank that died without a Python exception; if gloo aborted it over a mismatched
-    collective, the error names the collective, its call site, the reason and the peers."""
-    how = (f"was killed by {signal_name(-code)}" if code is not None and code < 0
-           else f"exited with code {code} without returning a result (if you launched "
-                f"from a script, put the launching code under `if __name__ == '__main__':`)")
-    gloo = gloo_error(tail)
-    if gloo is None:
-        return LaunchError(rank, f"rank {rank} of {world_size} {how}; all ranks were ended",
-                           stderr=tail)
-    here = where(tail)
-    others = _where_now(procs, stacks, [r for r in range(world_size)
-                                        if r != rank and r not in results])
-    peers = "; ".join(f"rank {r} was {w}" for r, w in sorted(others.items()))
-    done = f"; rank(s) {sorted(results)} had returned" if results else ""
-    return LaunchError(rank, f"mismatched collective: rank {rank} of {world_size} {how} "
-                             f"{here or 'in a collective'}: {gloo}"
-                             + (f"; {peers}" if peers else "") + done
-                             + "; all ranks were ended", stderr=tail)
-
-
-_NOWHERE = Where(None, "")
-
-
-def _skipped(error, results, world_size) -> LaunchError:
-    """A rank failed in a collective because its peers closed the connection, and some ranks
-    had returned: they did not make that call (the ranks' calls differ)."""
-    _, tb, line, _, _, rank = error
-    at = where(tb)
-    return LaunchError(rank, f"rank {rank} of {world_size} failed {at or ''}: {line}; rank(s) "
-                             f"{sorted(results)} had already returned, so they did not make "
-                             f"this call (a skipped or extra collective)", tb)
-
-
-def _error(error, world_size: int) -> LaunchError:
-    _, tb, line, _, _, rank = error
-    return LaunchError(rank, f"rank {rank} of {world_size} failed: {line}", tb)
-
-
 def _advance(bar, done, total, desc):
     if bar is not None and desc and bar.desc != desc:
         bar.close()
@@ -414,135 +225,3 @@ def _advance(bar, done, total, desc):
     bar.total = total
     bar.update(done - bar.n)
     return bar
-
-
-def _end_all(procs) -> None:
-    """End every rank and every process it started (its process group): SIGTERM, then after
-    2 s SIGKILL; then SIGKILL to what is left in each rank's group (the children of a rank
-    that had already ended)."""
-    for p in procs:
-        if p.is_alive() and not _signal_group(p, signal.SIGTERM):
-            p.terminate()
-    deadline = time.monotonic() + 2.0
-    for p in procs:
-        if p.pid is None:  # never started (start() itself failed)
-            continue
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            if not _signal_group(p, signal.SIGKILL):
-                p.kill()
-            p.join()
-    for p in procs:
-        if p.pid is not None:
-            _signal_group(p, signal.SIGKILL)
-
-
-def _signal_group(p, sig) -> bool:
-    """Send ``sig`` to the process group rank ``p`` leads; False if there is none (the rank
-    had not made it yet, or it and everything it started are gone). A group outlives its
-    leader while a member is left, and its id is not reused meanwhile."""
-    try:
-        os.killpg(p.pid, sig)
-        return True
-    except (ProcessLookupError, PermissionError, AttributeError):
-        return False
-
-
-def _die_with_parent() -> None:
-    """Linux: get SIGKILL when the parent dies (the caller, under ``spawn``; the forkserver,
-    under ``forkserver``)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _own_group() -> bool:
-    """Make this rank the leader of a process group of its own (what it starts joins it)."""
-    try:
-        os.setpgid(0, 0)
-    except (OSError, AttributeError):
-        return False
-    return os.getpgrp() == os.getpid()
-
-
-def _die_with(caller: int, own_group: bool) -> None:
-    """End this rank, and its process group when it leads one, the moment the process that
-    launched it (``caller``) is gone: a thread waits on a pidfd of the caller (Linux 5.3+;
-    elsewhere it polls twice a second, and the rank also takes a parent-death signal).
-
-    With a pidfd the rank takes no parent-death signal: the forkserver dies with the caller
-    (:mod:`lab.runtime.server`), and the signal would kill the rank before its thread could
-    end the processes it started."""
-    def end():
-        try:
-            if own_group:
-                os.killpg(os.getpid(), signal.SIGKILL)
-        finally:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    try:
-        fd = os.pidfd_open(caller)
-    except ProcessLookupError:
-        end()   # gone already
-    except (AttributeError, OSError):
-        fd = None
-        _die_with_parent()
-
-    def watch():
-        if fd is not None:
-            select.select([fd], [], [])
-        else:
-            while True:
-                time.sleep(0.5)
-                try:
-                    os.kill(caller, 0)
-                except ProcessLookupError:
-                    break
-                except PermissionError:
-                    pass
-        end()
-    # the low-level start: threading.Thread.start waits until the thread runs (a context
-    # switch per rank, a millisecond on a loaded machine), this one does not
-    _thread.start_new_thread(watch, ())
-
-
-def _rank_main(rank, world_size, port, blob, q, backend, kind, threads, timeout, network,
-               stderr_path, cluster=None, caller=None, stacks_path=None):
-    own = _own_group()
-    if caller is not None:
-        _die_with(caller, own)
-    else:
-        _die_with_parent()
-    if stacks_path is not None:
-        stacks_to(stacks_path)
-    stderr_to(stderr_path)
-    keep_freed_memory()  # gradient-sized temporaries every step: reuse them, no page faults
-    torch.set_num_threads(threads)
-    code, joined = 0, False
-    try:
-        fn, args, kwargs = cloudpickle.loads(blob)
-        if cluster is not None:  # a node of the kernel link: its namespace, its NIC
-            cluster.join(rank)
-        host, master = (cluster.address(0), rank == 0) if cluster else ("127.0.0.1", False)
-        store = dist.TCPStore(host, port, world_size if master else None, master, _td(timeout),
-                              wait_for_workers=False)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=_td(timeout))
-        joined = True
-        ctx = RankContext(rank, world_size, rank_device(rank, kind), backend,
-                          Collective(network=network), _queue=q)
-        result = fn(ctx, *args, **kwargs)
-        q.put(("ok", rank, time.time(), cloudpickle.dumps(result)))
-    except BaseException as e:
-        q.put(("error", rank, time.time(), traceback.format_exc(), summary(e), is_echo(e),
-               joined))
-        code = 1
-    finally:
-        q.close()
-        q.join_thread()  # make sure the message is out before we go
-    if code == 0 and dist.is_initialized():
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip interpreter teardown: a dead peer cannot hang us there

@@ -3,7 +3,7 @@ process that started it.
 
 The forkserver is the caller's child, and the ranks are the forkserver's. When the caller is
 killed (SIGKILL, SIGTERM: a notebook kernel's restart), each rank notices on its own and ends
-its process group (:func:`lab.runtime.launch._die_with`); the forkserver would only notice when
+its process group (:func:`lab.runtime.lifetime._die_with`); the forkserver would only notice when
 the last of them is gone and then tear its interpreter down, torch and all, which takes
 seconds. With a parent-death signal it goes at once. The caller names itself in
 ``$LAB_LAUNCH_CALLER`` before the forkserver is started; only a process whose parent is that
