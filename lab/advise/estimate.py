@@ -119,7 +119,7 @@ def sim_config(profile: StepProfile, p: int, link: Network | None) -> Config:
         cluster = Cluster(p, BANDWIDTH_BITS[1] / 8)
     else:
         cluster = Cluster(p, link.bandwidth, link.latency)
-    if tech == "async-ps":
+    if tech == "async-ps":   # serial server: the emulated link has one clock for both directions
         was = max(1, profile.world - 1)
         floor = profile.comm_s + profile.server_s if p - 1 == was else 0.0
         return Config(shapes, tech, cluster, profile.compute_s, traffic=traffic,

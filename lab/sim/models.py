@@ -162,7 +162,9 @@ def scenario(name: str, technique: str, workers: int, link: str, device_flops: f
                 600e9 if per_node > 1 else float("inf"))
     comp = compute_seconds(name, batch, device_flops)
     shapes = tuple(model(name)[0])
-    mk = lambda t: predict(Config(shapes, t, c, comp, codec_s_per_value if t == technique else 0.0))  # noqa: E731
+    # a real NIC is full duplex: a parameter server receives pushes while it sends pulls
+    mk = lambda t: predict(Config(shapes, t, c, comp, codec_s_per_value if t == technique else 0.0,  # noqa: E731
+                                  server_duplex=True))
     me, fp32, bf16 = mk(technique), mk("fp32"), mk("bf16")
     b, why = band(family(technique))
     return {**me.as_dict(), "speedup_fp32": fp32.step_s / me.step_s,

@@ -45,7 +45,10 @@ class Config:
     allreduce's, 'ring' or 'tree'. ``exchange_s``: an exchange's own time off the wire
     (flattening the gradients into one buffer and back, the ledger's bookkeeping), measured in
     the same loopback run as the floor, paid once per exchange. ``server_duplex``: the
-    parameter server's NIC carries pushes in and pulls out at once (model 3)."""
+    parameter server's NIC carries pushes in and pulls out at once (model 3): true of a
+    real NIC and of a kernel link (tbf shapes each direction on its own); the emulated link
+    (``link="model"``) keeps one clock per rank for both directions, so predictions for it,
+    as the advisor's, leave it False."""
 
     shapes: tuple
     technique: str
