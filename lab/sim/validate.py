@@ -148,10 +148,9 @@ def calibrate_for(rows: list[dict], progress=print, spec: dict | None = None,
     if runs:
         calib["profiles"] = {k: calibrate.combine(v) for k, v in sorted(runs.items())}
     else:
-        for model, world in sorted({(r["model"], r["world"]) for r in rows}):
-            progress(f"compute profile {model} at {world} ranks")
-            calib["profiles"][f"{model}:{world}"] = calibrate.compute_profile(model, world,
-                                                                              per_rank=PER_RANK)
+        one: dict = {}
+        profile_round(rows, one, progress=progress)
+        calib["profiles"] = {k: v[0] for k, v in sorted(one.items())}
     for t, model, world in sorted({(r["technique"], r["model"], r["world"]) for r in rows}):
         calib["codecs"][f"{t}:{model}:{world}"] = list(calibrate.codec_per_value(t, model, world))
     return calib
@@ -181,7 +180,8 @@ def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print, spec: di
     extra = json.loads(Path(also).read_text())["configs"] if also else []
     repeats, steps = spec.get("repeats", 1), spec.get("steps", 12)
     runs: dict = {}
-    for _ in range((repeats + 1) // 2 if repeats > 1 else 0):
+    before = (repeats + 1) // 2 if repeats > 1 else 0
+    for _ in range(before):
         profile_round(rows + extra, runs, steps, progress)
     calib = calibrate_for(rows + extra, progress, spec or None, runs or None)
     data = {"_meta": provenance(command), "calibration": calib, "rows": []}
@@ -194,7 +194,7 @@ def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print, spec: di
         Path(out).write_text(json.dumps(data, indent=1))
     if repeats > 1:   # the rounds after the measurements: the medians bracket them
         from .calibrate import combine
-        for _ in range(repeats - (repeats + 1) // 2):
+        for _ in range(repeats - before):
             profile_round(rows + extra, runs, steps, progress)
         calib["profiles"] = {k: combine(v) for k, v in sorted(runs.items())}
         Path(out).write_text(json.dumps(data, indent=1))
