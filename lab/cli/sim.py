@@ -5,6 +5,7 @@
     python -m lab sim --remeasure         # run them again on kernel links (minutes; root)
     python -m lab sim --validate --fresh  # model 2 on its own fresh draw (seed 53)
     python -m lab sim --validate --third  # model 3 on a third draw (seed 54)
+    python -m lab sim --validate --fourth # model 4 on a fourth draw (seed 55)
 
 Every prediction carries the error band of its technique's family on the stored held-out runs.
 """
@@ -43,6 +44,9 @@ def parser():
     ap.add_argument("--third", action="store_true",
                     help="with --draw/--remeasure/--validate: the third model's draw (seed 54): "
                          "a full-duplex server, a repeated calibration, 30-step runs")
+    ap.add_argument("--fourth", action="store_true",
+                    help="with --draw/--remeasure/--validate: the fourth model's draw (seed 55): "
+                         "model 3 with an allgather's loopback floor measured per call")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return ap
 
@@ -52,13 +56,15 @@ def main(argv=None) -> int:
     from ..sim import validate
     ap = parser()
     a = ap.parse_args(argv)
-    if a.fresh and a.third:
-        ap.error("--fresh and --third name different draws: give one")
-    flag = " --fresh" * a.fresh + " --third" * a.third
-    drawn, out, spec, also = ((validate.FRESH_DRAWN, validate.FRESH, validate.MODEL_2,
-                               validate.DRAWN) if a.fresh else
-                              (validate.THIRD_DRAWN, validate.THIRD, validate.MODEL_3, None)
-                              if a.third else (validate.DRAWN, validate.MEASURED, None, None))
+    named = [f for f in ("fresh", "third", "fourth") if getattr(a, f)]
+    if len(named) > 1:
+        ap.error(f"{' and '.join('--' + f for f in named)} name different draws: give one")
+    flag = "".join(" --" + f for f in named)
+    drawn, out, spec, also = {
+        "fresh": (validate.FRESH_DRAWN, validate.FRESH, validate.MODEL_2, validate.DRAWN),
+        "third": (validate.THIRD_DRAWN, validate.THIRD, validate.MODEL_3, None),
+        "fourth": (validate.FOURTH_DRAWN, validate.FOURTH, validate.MODEL_4, None),
+    }.get(named[0] if named else "", (validate.DRAWN, validate.MEASURED, None, None))
     if a.draw:
         drawn.parent.mkdir(parents=True, exist_ok=True)
         seed = validate.SEEDS[drawn]

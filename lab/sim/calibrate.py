@@ -8,7 +8,10 @@
   the floor a step's communication never goes below on this machine (ranks sharing its cores:
   the advisor's machine share, :mod:`lab.advise.machine`). No training run on a shaped link
   enters the calibration. The third model's calibration repeats each profile in rounds that
-  bracket the measurements (:func:`combine`: the median of each quantity, with its spread).
+  bracket the measurements (:func:`combine`: the median of each quantity, with its spread);
+- for the fourth model, an allgather's loopback floor per call (:func:`allgather_floor`): the
+  same short loopback run with signSGD's fixed-size payload allgathered in place of fp32's
+  allreduce (a reference codec, none of the drawn techniques).
 """
 from __future__ import annotations
 
@@ -38,8 +41,31 @@ def compute_profile(model: str, world: int, steps: int = 12, per_rank: int = 8) 
     return out
 
 
+def allgather_floor(model: str, world: int, steps: int = 12, per_rank: int = 8) -> dict:
+    """``{"allgather_call_s", "allgather_call_mean_s"}``: the loopback communication per
+    allgather call (median and mean over the steps after the first) of ``model`` on ``world``
+    local ranks, trained with signSGD's 1-bit payload (Bernstein et al., ICML 2018), which is
+    allgathered with no size exchange. Ranks sharing cores arrive at a collective at different
+    times, and an allgather's decoders keep the cores busy while peers wait, so its call costs
+    on loopback about what fp32's allreduce does, not the half its ``p - 1`` rounds of the
+    allreduce's ``2 (p - 1)`` suggest: the floor is measured, not scaled."""
+    from ..advise.methods import base_config
+    from ..train import train
+    cfg = base_config(model, steps=steps).with_(compressor="sign", lr=0.05, momentum=0.9,
+                                                batch_size=per_rank * world)
+    h = train(cfg, world)
+    traffic = h.series["traffic"][-1]
+    if "allgather" not in traffic:
+        raise RuntimeError(f"the signSGD reference run made no allgather: {traffic}")
+    calls = max(1, traffic["allgather"][0])
+    return {"allgather_call_s": statistics.median(h.comm_s[1:]) / calls,
+            "allgather_call_mean_s": statistics.mean(h.comm_s[1:]) / calls}
+
+
 QUANTITIES = ("compute_s", "floor_per_round_s", "exchange_s",
               "compute_mean_s", "floor_per_round_mean_s", "exchange_mean_s")
+#: measured only for the fourth model's calibration
+OPTIONAL = ("allgather_call_s", "allgather_call_mean_s")
 
 
 def combine(runs: list[dict]) -> dict:
@@ -47,10 +73,11 @@ def combine(runs: list[dict]) -> dict:
     each quantity's largest over its smallest value (1.0 for one run)."""
     if not runs:
         raise ValueError("runs must hold at least one profile, got none")
-    out = {q: statistics.median(r[q] for r in runs) for q in QUANTITIES}
+    have = QUANTITIES + tuple(q for q in OPTIONAL if all(q in r for r in runs))
+    out = {q: statistics.median(r[q] for r in runs) for q in have}
     out["spread"] = {q: max(r[q] for r in runs) / max(min(r[q] for r in runs), 1e-12)
-                     for q in QUANTITIES}
-    out["runs"] = [{q: r[q] for q in QUANTITIES} for r in runs]
+                     for q in have}
+    out["runs"] = [{q: r[q] for q in have} for r in runs]
     return {**out, "shapes": runs[0]["shapes"]}
 
 

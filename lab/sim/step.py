@@ -16,7 +16,10 @@
   ``p - 1`` workers' pushes and pulls in series (Li et al., OSDI 2014; Dean et al., NeurIPS 2012);
   in the third model the server's NIC is full duplex: pushes come in while pulls go out, so
   ``p - 1`` workers cost the server ``p - 1`` one-way transfers and its updates, and one
-  worker's own cycle (compute, push, update, pull) bounds the step from below.
+  worker's own cycle (compute, push, update, pull) bounds the step from below;
+  in the fourth model an allgather's floor is its own loopback cost per call
+  (``floor_call_s``, :func:`lab.sim.calibrate.allgather_floor`), not ``p - 1`` of the
+  allreduce's rounds.
 
 The band is the validation's: the geomean and worst relative error of the technique's family on
 held-out runs (:mod:`lab.sim.validate`), stated beside each prediction.
@@ -48,7 +51,9 @@ class Config:
     parameter server's NIC carries pushes in and pulls out at once (model 3): true of a
     real NIC and of a kernel link (tbf shapes each direction on its own); the emulated link
     (``link="model"``) keeps one clock per rank for both directions, so predictions for it,
-    as the advisor's, leave it False."""
+    as the advisor's, leave it False. ``floor_call_s``: ``((op, seconds), ...)``, a measured
+    loopback floor per call of ``op`` (model 4: the allgather's) in place of its rounds times
+    ``floor_per_round_s``."""
 
     shapes: tuple
     technique: str
@@ -65,6 +70,7 @@ class Config:
     algorithm: str = "ring"
     exchange_s: float = 0.0
     server_duplex: bool = False
+    floor_call_s: tuple = ()
 
     def __post_init__(self):
         technique(self.technique)
@@ -76,6 +82,10 @@ class Config:
             raise ValueError(f"compute_s must be a finite number >= 0, got {self.compute_s!r}")
         if not self.shapes:
             raise ValueError("shapes must list the model's layer shapes, got none")
+        for item in self.floor_call_s:
+            if len(item) != 2 or not (0 <= item[1] < math.inf):
+                raise ValueError(f"floor_call_s must hold (op, finite seconds >= 0) pairs, "
+                                 f"got {item!r}")
 
 
 @dataclass(frozen=True)
@@ -122,10 +132,11 @@ def predict(cfg: Config) -> Prediction:
     if t.get("op") == "ps":
         return _ps(cfg, n, share)
     codec = cfg.codec_s_per_value * n * share + cfg.exchange_s / t.get("period", 1)
-    comm = 0.0
+    comm, per_call = 0.0, dict(cfg.floor_call_s)
     for op, calls, b in plan:
         link = collectives.op_seconds(op, b, c, cfg.algorithm)
-        floor = _rounds(op, p) * cfg.floor_per_round_s if cfg.floor_s is None else 0.0
+        floor = per_call.get(op, _rounds(op, p) * cfg.floor_per_round_s)
+        floor = floor if cfg.floor_s is None else 0.0
         comm += calls * max(link, floor)
     if cfg.floor_s is not None:   # the measured loopback step: a floor on all of it
         comm = max(comm, cfg.floor_s)

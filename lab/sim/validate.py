@@ -7,7 +7,9 @@ shaped by tbf); :func:`score` sets each measured step beside the prediction made
 calibration alone (``lab.sim.calibrate``) and reports the relative error per family.
 Three campaigns are stored: seed 52 scored by model 1; a fresh seed-53 draw by model 2 (chosen
 on the seed-52 runs, so tested only on the fresh draw); and a third fresh draw (seed 54) by
-model 3 (chosen on both earlier campaigns), with a repeated calibration and longer runs.
+model 3 (chosen on both earlier campaigns), with a repeated calibration and longer runs; and a
+fourth draw (seed 55) by model 4 (chosen on the third campaign and a re-measurement of the
+second), whose calibration adds an allgather's loopback floor per call.
 The measured step is the mean over the steps after the first of a rank's compute, codec and
 communication time (synchronous exchanges), or the run's wall time per step (an overlapping
 schedule or the parameter server, whose communication hides in other steps).
@@ -26,7 +28,9 @@ DRAWN, MEASURED = ROOT / "validation_drawn.json", ROOT / "validation.json"
 FRESH_DRAWN, FRESH = ROOT / "validation_fresh_drawn.json", ROOT / "validation_fresh.json"
 #: the third model's test: a third draw (seed 54), stored before any of it ran
 THIRD_DRAWN, THIRD = ROOT / "validation_third_drawn.json", ROOT / "validation_third.json"
-SEEDS = {DRAWN: 52, FRESH_DRAWN: 53, THIRD_DRAWN: 54}
+#: the fourth model's test: a fourth draw (seed 55), stored before any of it ran
+FOURTH_DRAWN, FOURTH = ROOT / "validation_fourth_drawn.json", ROOT / "validation_fourth.json"
+SEEDS = {DRAWN: 52, FRESH_DRAWN: 53, THIRD_DRAWN: 54, FOURTH_DRAWN: 55}
 #: model 2: a synchronous step also pays the exchange's time off the wire (``exchange_s``: what
 #: the History books as fp32's codec time), measured in the same loopback run as the floor;
 #: model 1 left it out
@@ -36,6 +40,10 @@ MODEL_2 = {"model": 2}
 #: calibration each profile repeated in 6 rounds of 30-step runs, 3 before the measurements and
 #: 3 after (the median over rounds, spread reported), its measured runs 30 steps long
 MODEL_3 = {"model": 3, "repeats": 6, "steps": 30}
+#: model 4: model 3 with an allgather's loopback floor measured per call (a signSGD reference
+#: run in each calibration round, :func:`lab.sim.calibrate.allgather_floor`) in place of
+#: ``p - 1`` of the allreduce's rounds; the same protocol
+MODEL_4 = {"model": 4, "repeats": 6, "steps": 30}
 FAMILIES = {"dense": ["fp32", "bf16"], "quantization": ["qsgd"], "sparsification": ["topk+ef"],
             "low rank": ["powersgd"], "local SGD": ["local-sgd"], "schedule": ["fifo", "p3"],
             "parameter server": ["async-ps"]}
@@ -108,7 +116,8 @@ def predict_one(c: dict, calib: dict) -> float:
                  codec[0], prof["floor_per_round" + at], cores=calib.get("cores", 2),
                  server_s_per_value=codec[1],
                  exchange_s=prof.get("exchange" + at, 0.0) if model >= 2 else 0.0,
-                 server_duplex=model >= 3)
+                 server_duplex=model >= 3,
+                 floor_call_s=(("allgather", prof["allgather_call" + at]),) if model >= 4 else ())
     return predict(cfg).step_s
 
 
@@ -126,13 +135,17 @@ def score(rows: list[dict], calib: dict) -> dict:
                                        "worst": max(every)}, "rows": rows}
 
 
-def profile_round(rows: list[dict], runs: dict, steps: int = 12, progress=print) -> None:
-    """One compute profile per (model, world) that ``rows`` need, appended to ``runs[key]``."""
+def profile_round(rows: list[dict], runs: dict, steps: int = 12, progress=print,
+                  allgather: bool = False) -> None:
+    """One compute profile per (model, world) that ``rows`` need, appended to ``runs[key]``;
+    ``allgather``: with its allgather floor per call (model 4)."""
     from . import calibrate
     for model, world in sorted({(r["model"], r["world"]) for r in rows}):
         progress(f"compute profile {model} at {world} ranks")
-        runs.setdefault(f"{model}:{world}", []).append(
-            calibrate.compute_profile(model, world, steps=steps, per_rank=PER_RANK))
+        prof = calibrate.compute_profile(model, world, steps=steps, per_rank=PER_RANK)
+        if allgather:
+            prof.update(calibrate.allgather_floor(model, world, steps=steps, per_rank=PER_RANK))
+        runs.setdefault(f"{model}:{world}", []).append(prof)
 
 
 def calibrate_for(rows: list[dict], progress=print, spec: dict | None = None,
@@ -149,7 +162,8 @@ def calibrate_for(rows: list[dict], progress=print, spec: dict | None = None,
         calib["profiles"] = {k: calibrate.combine(v) for k, v in sorted(runs.items())}
     else:
         one: dict = {}
-        profile_round(rows, one, progress=progress)
+        profile_round(rows, one, progress=progress,
+                      allgather=(spec or {}).get("model", 1) >= 4)
         calib["profiles"] = {k: v[0] for k, v in sorted(one.items())}
     for t, model, world in sorted({(r["technique"], r["model"], r["world"]) for r in rows}):
         calib["codecs"][f"{t}:{model}:{world}"] = list(calibrate.codec_per_value(t, model, world))
@@ -179,10 +193,11 @@ def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print, spec: di
     rows = json.loads(Path(drawn).read_text())["configs"]
     extra = json.loads(Path(also).read_text())["configs"] if also else []
     repeats, steps = spec.get("repeats", 1), spec.get("steps", 12)
+    ag = spec.get("model", 1) >= 4
     runs: dict = {}
     before = (repeats + 1) // 2 if repeats > 1 else 0
     for _ in range(before):
-        profile_round(rows + extra, runs, steps, progress)
+        profile_round(rows + extra, runs, steps, progress, ag)
     calib = calibrate_for(rows + extra, progress, spec or None, runs or None)
     data = {"_meta": provenance(command), "calibration": calib, "rows": []}
     for c in rows:
@@ -195,7 +210,7 @@ def campaign(drawn: Path = DRAWN, out: Path = MEASURED, progress=print, spec: di
     if repeats > 1:   # the rounds after the measurements: the medians bracket them
         from .calibrate import combine
         for _ in range(repeats - before):
-            profile_round(rows + extra, runs, steps, progress)
+            profile_round(rows + extra, runs, steps, progress, ag)
         calib["profiles"] = {k: combine(v) for k, v in sorted(runs.items())}
         Path(out).write_text(json.dumps(data, indent=1))
     return data
