@@ -10,7 +10,7 @@ Importing ``lab`` starts nothing: no process group, no threads. The curated name
   (:mod:`lab.train`).
 """
 #: The version of ``lab``.
-__version__ = "0.11.0"
+__version__ = "0.12.0"
 
 from .comm import AlphaBeta, Collective, CommLedger, Network  # noqa: E402
 from .runtime import LaunchError, RankContext, launch  # noqa: E402

@@ -62,3 +62,19 @@ def test_the_cli_refuses_two_draws_and_names_them(capsys):
     with pytest.raises(SystemExit):
         main(["--validate", "--third", "--fourth"])
     assert "--third and --fourth" in capsys.readouterr().err
+
+
+def test_the_fourth_draw_is_stored_seeded_and_scored_by_model_4():
+    import json
+    drawn = json.loads(validate.FOURTH_DRAWN.read_text())
+    assert drawn["seed"] == 55 and drawn["configs"] == validate.draw(seed=55)
+    data = json.loads(validate.FOURTH.read_text())
+    assert data["calibration"]["model"] == 4
+    assert [r["id"] for r in data["rows"]] == [c["id"] for c in drawn["configs"]]
+    for prof in data["calibration"]["profiles"].values():   # six rounds, each with its floor
+        assert len(prof["runs"]) == 6 and all("allgather_call_mean_s" in r for r in prof["runs"])
+    res = validate.stored(validate.FOURTH)
+    three = validate.score([dict(r) for r in data["rows"] if "measured_s" in r],
+                           dict(data["calibration"], model=3))
+    for f in ("dense", "low rank", "local SGD", "schedule", "parameter server"):
+        assert res["families"][f]["geomean"] == pytest.approx(three["families"][f]["geomean"])
