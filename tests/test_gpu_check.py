@@ -21,7 +21,7 @@ def test_dry_run_measures_every_section(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     secs = report["sections"]
-    assert list(secs) == ["machine", "tests", "codecs", "hooks", "p3", "notebooks"]
+    assert list(secs) == ["machine", "tests", "codecs", "sim", "hooks", "p3", "notebooks"]
     assert all(s["status"] == "done" for s in secs.values()), {n: s["status"] for n, s in secs.items()}
     assert report["dry_run"] and report["seconds"] < 400
     assert secs["machine"]["info"]["torch"] and "cpu cores" in secs["machine"]["info"]
@@ -32,6 +32,10 @@ def test_dry_run_measures_every_section(tmp_path):
     codecs = {r["codec"] for r in secs["codecs"]["rows"]}
     assert codecs == {c for c in DEFAULT if c in lab.compress.names()}
     assert all(r["x copy"] > 0 for r in secs["codecs"]["rows"])
+    sims = {r["model"]: r for r in secs["sim"]["rows"]}
+    assert set(sims) == {"resnet50", "vgg19"} and all(r["profile ms"] > 0 for r in sims.values())
+    stored = json.loads((tmp_path / "sim_profiles.json").read_text())
+    assert stored["resnet50"]["layers"] and stored["resnet50"]["device"] == "cpu"
     hooks = {(r["hook"], r["ranks"]) for r in secs["hooks"]["rows"]}
     assert ("lab powersgd_hook", 2) in hooks and ("torch fp16_compress_hook", 1) in hooks
     assert {r["schedule"] for r in secs["p3"]["rows"]} >= {"sync", "fifo", "p3"}

@@ -3,7 +3,7 @@
     python tools/gpu_check.py [--dry-run] [--out DIR] [--only SECTION ...] [--budget S]
 
 A GPU machine is lent rarely and for about 15 minutes, start-up included, so this runs as one
-prepared command in about six minutes (``../shared/GPU.md`` says how to spend the lease). Its
+prepared command in about six and a half minutes (``../shared/GPU.md`` says how to spend the lease). Its
 sections run in this order, each in its own process group under its own time budget (time a
 section leaves unused goes to the next), and every row is written as soon as it is measured to
 ``DIR/gpu_check.json`` and ``DIR/gpu_check.md`` (``DIR``: ``--out``, else ``$OUT``, else
@@ -14,11 +14,15 @@ section leaves unused goes to the next), and every row is written as soon as it 
 3. ``codecs``: every codec on CUDA at 1M, 16M and 64M values against a device-to-device copy
    (:func:`lab.bench.codecs.against_copy`: casts within 1.5x, quantizers within 5x, Top-k's
    compress no slower than ``torch.topk``).
-4. ``hooks``: lab's DDP hooks against PyTorch's fp16 and PowerSGD hooks with GPU compute
+4. ``sim``: each published model's layers profiled on the GPU (:mod:`lab.sim.device_profile`,
+   batch 32), one step of all its layers against the profile's sum (the prediction), and the
+   FLOP-rate model's step beside them; the profiles go to ``DIR/sim_profiles.json``, where
+   :func:`lab.sim.models.scenario` can take their sums as ``compute_s``.
+5. ``hooks``: lab's DDP hooks against PyTorch's fp16 and PowerSGD hooks with GPU compute
    (:mod:`lab.bench.hooks`): one rank on NCCL, 2 and 4 ranks over gloo with CUDA tensors.
-5. ``p3``: ``bench p3``'s schedule table (sync, fifo, p3; VGG-like) on 4 and 8 CPU ranks, a
+6. ``p3``: ``bench p3``'s schedule table (sync, fifo, p3; VGG-like) on 4 and 8 CPU ranks, a
    core each (targets: p3/sync >= 1.30 at 4 ranks, >= 1.25 at 8), and 2 ranks computing on the GPU.
-6. ``notebooks``: a few chapters under ``LAB_PROFILE=gpu``, side by side, each with a timeout:
+7. ``notebooks``: a few chapters under ``LAB_PROFILE=gpu``, side by side, each with a timeout:
    pass or fail, seconds; the executed notebooks go to ``DIR/notebooks.tar.gz``.
 
 ``--dry-run``: the same sections on the CPU with tiny sizes, in under a minute (the test suite
@@ -48,8 +52,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: section -> (budget in seconds on the GPU, in the dry run)
 #: (the dry run takes about 50 s on an idle 2-core machine; its budgets are generous, for a
 #: loaded one: it checks that the check works, not how fast)
-SECTIONS = {"machine": (15, 30), "tests": (50, 90), "codecs": (80, 40), "hooks": (45, 60),
-            "p3": (80, 80), "notebooks": (100, 80)}
+SECTIONS = {"machine": (15, 30), "tests": (50, 90), "codecs": (80, 40), "sim": (45, 40),
+            "hooks": (45, 60), "p3": (80, 80), "notebooks": (75, 80)}
+#: the sim section's models and the device rate the FLOP model is priced at (Part 12's input)
+SIM_MODELS, SIM_TFLOPS = ("resnet50", "vgg19", "bert-base", "sockeye"), 200.0
 NOTEBOOKS = ("book/01_foundations/04_data_parallel_sgd.ipynb",
              "book/04_quantization/01_stochastic_rounding.ipynb",
              "book/05_sparsification/01_topk_and_error_feedback.ipynb",
@@ -146,6 +152,31 @@ def codecs(dry: bool) -> None:
         if device == "cpu":  # the targets are a GPU's (a CPU copy is another yardstick)
             row = {k: v for k, v in row.items() if k not in ("target", "ok")}
         emit_row({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+
+
+def sim(dry: bool) -> None:
+    import torch
+
+    from lab.sim.device_profile import layer_profile, stack_step
+    from lab.sim.models import compute_seconds
+    gpu = torch.cuda.is_available() and not dry
+    device, batch, scale, repeats = ("cuda", 32, 1.0, 5) if gpu else ("cpu", 1, 0.125, 1)
+    out = pathlib.Path(os.environ.get("GPU_CHECK_OUT", "gpu_check_out"))
+    emit_info(device=device, batch=batch, scale=scale,
+              **({"gpu": torch.cuda.get_device_name(0)} if gpu else {}))
+    profiles = {}
+    for name in SIM_MODELS[:2] if dry else SIM_MODELS:
+        prof = layer_profile(name, batch, device, scale, repeats)
+        step = stack_step(name, batch, device, scale, max(1, repeats // 2))
+        profiles[name] = prof
+        (out / "sim_profiles.json").write_text(json.dumps(profiles, indent=1))
+        emit_row({"model": name, "device": device, "batch": batch, "layers": len(prof["layers"]),
+                  "profile ms": round(1e3 * prof["compute_s"], 3),
+                  "step ms": round(1e3 * step, 3),
+                  "step / profile": round(step / prof["compute_s"], 3),
+                  "TFLOP/s": round(prof["tflops"], 3),
+                  f"FLOP model ms ({SIM_TFLOPS:g} TFLOP/s)":
+                      round(1e3 * compute_seconds(name, batch, SIM_TFLOPS * 1e12), 3)})
 
 
 def hooks(dry: bool) -> None:
@@ -318,6 +349,7 @@ def run_section(name: str, budget: float, dry: bool, out: pathlib.Path, report: 
                                       "info": {}, "rows": []}
     write(report, out, t0)
     start = time.monotonic()
+    os.environ["GPU_CHECK_OUT"] = str(out)   # where a section writes files of its own
     cmd = [sys.executable, __file__, "--section", name, "--out", str(out), "--budget", str(budget),
            *(["--notebooks", *notebooks] if notebooks else [])]
     proc = subprocess.Popen(cmd + (["--dry-run"] if dry else []), cwd=ROOT, stdout=subprocess.PIPE,
@@ -361,7 +393,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="report folder (default $OUT, else gpu_check_out)")
     ap.add_argument("--only", nargs="+", choices=list(SECTIONS), help="these sections only")
     ap.add_argument("--budget", type=float, default=None,
-                    help="total seconds (default: the sections' budgets, 370 s; dry run 380 s, "
+                    help="total seconds (default: the sections' budgets, 390 s; dry run 420 s, "
                          "which takes about 50 on an idle machine)")
     ap.add_argument("--notebooks", nargs="+", metavar="PATH",
                     help=f"the notebooks section's notebooks (default: {len(NOTEBOOKS)} chapters)")

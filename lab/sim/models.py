@@ -148,9 +148,13 @@ def compute_seconds(name: str, batch: int, device_flops: float) -> float:
 
 
 def scenario(name: str, technique: str, workers: int, link: str, device_flops: float,
-             batch: int = 32, per_node: int = 1, codec_s_per_value: float = 0.0) -> dict:
+             batch: int = 32, per_node: int = 1, codec_s_per_value: float = 0.0,
+             compute_s: float | None = None) -> dict:
     """One prediction for a published model on a cluster, with speedups over fp32 and bf16
-    allreduce and the error band of the technique's family (the stored validation)."""
+    allreduce and the error band of the technique's family (the stored validation).
+    ``compute_s``: the step's forward + backward seconds measured on the device (a layer
+    profile's sum, :func:`lab.sim.device_profile.layer_profile`) in place of FLOPs over
+    ``device_flops``."""
     from ..comm import Network
     from .network import Cluster
     from .step import Config, family, predict
@@ -160,7 +164,9 @@ def scenario(name: str, technique: str, workers: int, link: str, device_flops: f
     net = Network.parse(link)
     c = Cluster(workers // per_node, net.bandwidth, net.latency, per_node,
                 600e9 if per_node > 1 else float("inf"))
-    comp = compute_seconds(name, batch, device_flops)
+    if compute_s is not None and not (0 <= compute_s < float("inf")):
+        raise ValueError(f"compute_s must be a finite number >= 0 seconds or None, got {compute_s!r}")
+    comp = compute_seconds(name, batch, device_flops) if compute_s is None else compute_s
     shapes = tuple(model(name)[0])
     # a real NIC is full duplex: a parameter server receives pushes while it sends pulls
     mk = lambda t: predict(Config(shapes, t, c, comp, codec_s_per_value if t == technique else 0.0,  # noqa: E731
