@@ -16,6 +16,13 @@ import json
 from .args import integer, number, parser as new_parser
 from .formatting import with_defaults
 
+#: the later draws, each the held-out test of one model: flag -> what it is
+DRAWS = {"fresh": "the second model's fresh draw (seed 53), calibrated with the exchange's "
+                  "off-wire time",
+         "third": "the third model's draw (seed 54): a full-duplex server, a repeated "
+                  "calibration, 30-step runs",
+         "fourth": "the fourth model's draw (seed 55): model 3 with an allgather's loopback "
+                   "floor measured per call"}
 HELP = "predicted step time on a cluster, and the simulator's validation: python -m lab sim --help"
 
 
@@ -38,15 +45,9 @@ def parser():
     ap.add_argument("--remeasure", action="store_true",
                     help="re-run the drawn configurations on kernel links, then score them")
     ap.add_argument("--draw", action="store_true", help="write the seeded draw (never run)")
-    ap.add_argument("--fresh", action="store_true",
-                    help="with --draw/--remeasure/--validate: the second model's fresh draw "
-                         "(seed 53), calibrated with the exchange's off-wire time")
-    ap.add_argument("--third", action="store_true",
-                    help="with --draw/--remeasure/--validate: the third model's draw (seed 54): "
-                         "a full-duplex server, a repeated calibration, 30-step runs")
-    ap.add_argument("--fourth", action="store_true",
-                    help="with --draw/--remeasure/--validate: the fourth model's draw (seed 55): "
-                         "model 3 with an allgather's loopback floor measured per call")
+    for flag, what in DRAWS.items():
+        ap.add_argument(f"--{flag}", action="store_true",
+                        help=f"with --draw/--remeasure/--validate: {what}")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return ap
 
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     from ..sim import validate
     ap = parser()
     a = ap.parse_args(argv)
-    named = [f for f in ("fresh", "third", "fourth") if getattr(a, f)]
+    named = [f for f in DRAWS if getattr(a, f)]
     if len(named) > 1:
         ap.error(f"{' and '.join('--' + f for f in named)} name different draws: give one")
     flag = "".join(" --" + f for f in named)
