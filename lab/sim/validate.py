@@ -5,7 +5,7 @@
 real training (``lab.train`` on ``link="kernel"``: one network namespace per rank, its NIC
 shaped by tbf); :func:`score` sets each measured step beside the prediction made from the
 calibration alone (``lab.sim.calibrate``) and reports the relative error per family.
-Three campaigns are stored: seed 52 scored by model 1; a fresh seed-53 draw by model 2 (chosen
+Four campaigns are stored: seed 52 scored by model 1; a fresh seed-53 draw by model 2 (chosen
 on the seed-52 runs, so tested only on the fresh draw); and a third fresh draw (seed 54) by
 model 3 (chosen on both earlier campaigns), with a repeated calibration and longer runs; and a
 fourth draw (seed 55) by model 4 (chosen on the third campaign and a re-measurement of the
