@@ -12,6 +12,9 @@ describe, forward and backward, at the step's batch, on that device:
   sample (1 for a classifier, the tokens for BERT's and Sockeye's matrices);
 - layers with no FLOPs (biases, norms, embeddings) are left out, as the FLOPs model leaves them.
 
+Tensors are fp32 at torch's default precision settings (on a GPU: cuDNN may use TF32 for the
+convolutions, matrix products stay fp32), the settings a reader's own run gets.
+
 :func:`layer_profile` times each layer on its own; :func:`stack_step` times all of them in one
 forward and one backward pass, the step the per-layer sum predicts. A layer profile measured on
 a GPU (the GPU check's ``sim`` section stores one) gives :func:`lab.sim.models.scenario` its
