@@ -61,11 +61,7 @@ def main(argv=None) -> int:
     if len(named) > 1:
         ap.error(f"{' and '.join('--' + f for f in named)} name different draws: give one")
     flag = "".join(" --" + f for f in named)
-    drawn, out, spec, also = {
-        "fresh": (validate.FRESH_DRAWN, validate.FRESH, validate.MODEL_2, validate.DRAWN),
-        "third": (validate.THIRD_DRAWN, validate.THIRD, validate.MODEL_3, None),
-        "fourth": (validate.FOURTH_DRAWN, validate.FOURTH, validate.MODEL_4, None),
-    }.get(named[0] if named else "", (validate.DRAWN, validate.MEASURED, None, None))
+    drawn, out, spec, also = validate.CAMPAIGNS[named[0] if named else ""]
     if a.draw:
         drawn.parent.mkdir(parents=True, exist_ok=True)
         seed = validate.SEEDS[drawn]

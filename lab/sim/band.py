@@ -8,8 +8,8 @@ import functools
 
 @functools.lru_cache(maxsize=1)
 def _scored() -> tuple:
-    from .validate import FOURTH, FRESH, MEASURED, THIRD, stored
-    return tuple(stored(p) for p in (MEASURED, FRESH, THIRD, FOURTH) if p.exists())
+    from .validate import CAMPAIGNS, stored
+    return tuple(stored(out) for _, out, _, _ in CAMPAIGNS.values() if out.exists())
 
 
 def band(family: str) -> tuple[float, str]:

@@ -70,11 +70,12 @@ def _tensors(op: dict, batch: int, device: str):
     return x.requires_grad_(True), w
 
 
+def _forward(op: dict, x, w):
+    return F.conv2d(x, w, padding=op["shape"][2] // 2) if op["kind"] == "conv" else x @ w.t()
+
+
 def _run(op: dict, x, w):
-    if op["kind"] == "conv":
-        y = F.conv2d(x, w, padding=op["shape"][2] // 2)
-    else:
-        y = x @ w.t()
+    y = _forward(op, x, w)
     y.backward(torch.ones_like(y))   # the input's gradient too: a layer inside a network has one
 
 
@@ -118,9 +119,5 @@ def stack_step(name: str, batch: int = 32, device: str = "cpu", scale: float = 1
     made = [(op, *_tensors(op, batch, device)) for op in ops(name, batch, scale)]
 
     def step():
-        outs = []
-        for op, x, w in made:
-            outs.append((F.conv2d(x, w, padding=op["shape"][2] // 2) if op["kind"] == "conv"
-                         else x @ w.t()).sum())
-        torch.stack(outs).sum().backward()
+        torch.stack([_forward(op, x, w).sum() for op, x, w in made]).sum().backward()
     return _timed(step, device, repeats)

@@ -44,6 +44,11 @@ MODEL_3 = {"model": 3, "repeats": 6, "steps": 30}
 #: run in each calibration round, :func:`lab.sim.calibrate.allgather_floor`) in place of
 #: ``p - 1`` of the allreduce's rounds; the same protocol
 MODEL_4 = {"model": 4, "repeats": 6, "steps": 30}
+#: every stored campaign, by the CLI flag that names it ('' for the first): (draw, measurements,
+#: simulator model, a draw whose configurations its calibration also covers)
+CAMPAIGNS = {"": (DRAWN, MEASURED, None, None), "fresh": (FRESH_DRAWN, FRESH, MODEL_2, DRAWN),
+             "third": (THIRD_DRAWN, THIRD, MODEL_3, None),
+             "fourth": (FOURTH_DRAWN, FOURTH, MODEL_4, None)}
 FAMILIES = {"dense": ["fp32", "bf16"], "quantization": ["qsgd"], "sparsification": ["topk+ef"],
             "low rank": ["powersgd"], "local SGD": ["local-sgd"], "schedule": ["fifo", "p3"],
             "parameter server": ["async-ps"]}
